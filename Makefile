@@ -1,0 +1,45 @@
+# Two commands do all set-up on a fresh machine: `make run` and `make test`.
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: run test install lint lock bench ui clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+
+# Re-install only when the lock or the package metadata changed.
+$(STAMP): $(BIN)/python requirements.lock pyproject.toml
+	$(BIN)/pip install --quiet -r requirements.lock
+	$(BIN)/pip install --quiet --no-deps --no-build-isolation -e .
+	touch $(STAMP)
+
+install: $(STAMP)
+
+# dvc.yaml calls `python stages/...`: put the venv first on PATH for the stages.
+run: $(STAMP)
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/dvc repro
+
+test: $(STAMP)
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check leakpipe stages tests benchmarks
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/bench_build.py
+
+ui: $(STAMP)
+	$(BIN)/leakpipe ui
+
+# Re-resolve requirements.in into the pinned lock (needs the registries).
+lock:
+	rm -rf /tmp/leakpipe-lock && $(PYTHON) -m venv /tmp/leakpipe-lock
+	/tmp/leakpipe-lock/bin/pip install --quiet -r requirements.in
+	/tmp/leakpipe-lock/bin/pip freeze --exclude-editable \
+	  | sed -E 's/^(torch==[0-9.]+)\+cpu$$/\1/' > requirements.lock
+
+clean:
+	rm -rf $(VENV) .pytest_cache

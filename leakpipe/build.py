@@ -1,0 +1,204 @@
+"""Stage `build`: recordings -> two-stage-segmented log-mel HDF5, one file per split.
+
+Recordings are processed in a process pool (in manifest order, so the output is deterministic)
+and streamed into the split files as they finish, so memory stays bounded by a few recordings.
+All split files are written under temporary names and renamed only when the whole build
+succeeded; unusable recordings are listed with their reason in the report.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import multiprocessing
+import os
+import time
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tqdm import tqdm
+
+from leakpipe.config import BuildConfig, FeatureConfig
+from leakpipe.constants import LEAK_CLASS, SPLITS
+from leakpipe.data.manifest import Recording, discover
+from leakpipe.data.splits import assign_splits
+from leakpipe.data.writer import SplitWriter
+from leakpipe.errors import DataError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RecordingResult:
+    """Features of one recording, or the reason it could not be used."""
+
+    index: int
+    mel: np.ndarray | None = None        # (clips, n_long, n_short, n_mels, n_frames)
+    waveform: np.ndarray | None = None   # (clips, clip_samples)
+    error: str | None = None
+
+
+@dataclass
+class BuildReport:
+    """What the build did: counts per split and class, unusable files, timing."""
+
+    class_names: tuple[str, ...]
+    features: dict[str, Any]
+    recordings: dict[str, dict[str, int]] = field(default_factory=dict)
+    clips: dict[str, int] = field(default_factory=dict)
+    unusable: list[dict[str, str]] = field(default_factory=list)
+    skipped_classes: dict[str, int] = field(default_factory=dict)
+    seconds: float = 0.0
+    workers: int = 1
+    sha256: dict[str, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        used = sum(sum(c.values()) for c in self.recordings.values())
+        return {
+            "class_names": list(self.class_names),
+            "features": self.features,
+            "recordings": self.recordings,
+            "clips": self.clips,
+            "n_recordings": used,
+            "n_unusable": len(self.unusable),
+            "unusable": self.unusable,
+            "skipped_classes": self.skipped_classes,
+            "seconds": round(self.seconds, 3),
+            "recordings_per_s": round(used / self.seconds, 2) if self.seconds else None,
+            "workers": self.workers,
+            "sha256": self.sha256,
+        }
+
+
+# -- per recording (runs in worker processes) --------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Job:
+    features: FeatureConfig
+    n_clips: int
+    min_fraction: float
+    store_waveform: bool
+
+
+def process_recording(job: _Job, index: int, path: Path) -> RecordingResult:
+    """Load, clip, segment and log-mel one recording; errors become a reason string."""
+    from leakpipe.audio.io import AudioError, load_clips
+    from leakpipe.features.mel import clip_features
+
+    try:
+        clips = load_clips(path, job.features, job.n_clips, job.min_fraction)
+    except AudioError as exc:
+        return RecordingResult(index, error=str(exc))
+    except OSError as exc:
+        return RecordingResult(index, error=f"{path}: {exc.strerror or exc}")
+    mel = clip_features(clips, job.features)
+    return RecordingResult(index, mel=mel, waveform=clips if job.store_waveform else None)
+
+
+def _run_one(args: tuple[_Job, int, Path]) -> RecordingResult:
+    return process_recording(*args)
+
+
+def iter_results(job: _Job, recordings: Sequence[Recording],
+                 workers: int) -> Iterator[RecordingResult]:
+    """Results in input order; a spawn-context pool when ``workers > 1``."""
+    tasks = [(job, i, rec.path) for i, rec in enumerate(recordings)]
+    if workers <= 1:
+        yield from map(_run_one, tasks)
+        return
+    context = multiprocessing.get_context("spawn")  # no fork of MLflow / HDF5 state
+    with context.Pool(workers) as pool:
+        yield from pool.imap(_run_one, tasks, chunksize=4)
+
+
+# -- orchestration ------------------------------------------------------------------------------
+
+
+def select_classes(recordings: list[Recording], wanted: Sequence[str],
+                   report: BuildReport | None = None) -> tuple[list[Recording], tuple[str, ...]]:
+    """Keep the wanted classes (all when empty); class names sorted as the original did."""
+    found = sorted({r.label for r in recordings})
+    names = tuple(sorted(wanted)) if wanted else tuple(found)
+    missing = [c for c in names if c not in found]
+    if missing:
+        raise DataError(f"build.classes names {missing[0]!r}, but no recording has that class "
+                        f"(found: {found})")
+    if LEAK_CLASS not in names:
+        raise DataError(f"no {LEAK_CLASS} recordings found (classes: {found}); the leak class "
+                        "must be present")
+    kept = [r for r in recordings if r.label in names]
+    if report is not None:
+        report.skipped_classes = dict(Counter(r.label for r in recordings if r.label not in names))
+    return kept, names
+
+
+def build(cfg: BuildConfig, source: Path, out_dir: Path, progress: bool = True) -> BuildReport:
+    """Build ``out_dir/{train,val,test}.h5`` from the recordings named by ``source``."""
+    start = time.perf_counter()
+    features = cfg.features
+    report = BuildReport(class_names=(), features=features.to_dict())
+    recordings, class_names = select_classes(discover(source), cfg.classes, report)
+    report.class_names = class_names
+    split_of = assign_splits([r.label for r in recordings], [r.group for r in recordings],
+                             (cfg.split.train, cfg.split.val, cfg.split.test), cfg.split.seed)
+    workers = cfg.workers or os.cpu_count() or 1
+    report.workers = workers
+    job = _Job(features, cfg.clips_per_recording, cfg.min_clip_fraction, cfg.store_waveform)
+    label_of = {name: i for i, name in enumerate(class_names)}
+    counts = {s: Counter() for s in SPLITS}
+    log.info("build: %d recordings, classes %s, %d workers", len(recordings),
+             list(class_names), workers)
+    with ExitStack() as stack:
+        writers = [stack.enter_context(SplitWriter(
+            out_dir / f"{split}.h5", split, features, class_names, dtype=cfg.dtype,
+            chunk_mb=cfg.chunk_mb, store_waveform=cfg.store_waveform)) for split in SPLITS]
+        results = iter_results(job, recordings, workers)
+        for result in tqdm(results, total=len(recordings), desc="build", unit="rec",
+                           disable=not progress):
+            rec = recordings[result.index]
+            if result.error is not None:
+                report.unusable.append({"path": str(rec.path), "reason": result.error})
+                continue
+            split = int(split_of[result.index])
+            writers[split].append(result.mel, label_of[rec.label], rec.recording_id, rec.group,
+                                  result.waveform)
+            counts[SPLITS[split]][rec.label] += 1
+        _check_errors(cfg, report)
+    report.recordings = {s: dict(sorted(counts[s].items())) for s in SPLITS}
+    report.clips = {s: w.rows for s, w in zip(SPLITS, writers, strict=True)}
+    report.sha256 = {s: file_sha256(out_dir / f"{s}.h5") for s in SPLITS}
+    report.seconds = time.perf_counter() - start
+    return report
+
+
+def _check_errors(cfg: BuildConfig, report: BuildReport) -> None:
+    if not report.unusable:
+        return
+    first = report.unusable[0]
+    if cfg.on_error == "fail":
+        raise BuildFailed(report, f"{len(report.unusable)} unusable recording(s), first: "
+                          f"{first['reason']} (build.on_error=fail; set skip to leave them out)")
+    log.warning("build: skipped %d unusable recording(s), first: %s", len(report.unusable),
+                first["reason"])
+
+
+class BuildFailed(DataError):
+    """Unusable recordings with ``on_error: fail``; carries the report for the user."""
+
+    def __init__(self, report: BuildReport, message: str) -> None:
+        super().__init__(message)
+        self.report = report
+
+
+def file_sha256(path: Path, block: int = 2**22) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        while chunk := handle.read(block):
+            digest.update(chunk)
+    return digest.hexdigest()

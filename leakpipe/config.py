@@ -1,0 +1,313 @@
+"""Typed, frozen configuration: one dataclass per params.yaml section, loaded strictly.
+
+Every key in params.yaml maps to exactly one field here. Loading rejects unknown keys, missing
+keys, wrong types and out-of-range values with a one-line ``ConfigError`` naming the file and the
+dotted key. Variants are made with ``dataclasses.replace``; nothing mutates a loaded config.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from leakpipe.constants import KNOWN_CLASSES
+from leakpipe.errors import ConfigError
+
+__all__ = ["ConfigError", "load_section", "from_mapping", "read_params", "SECTIONS"]
+
+
+def _range(*, ge: float | None = None, gt: float | None = None, le: float | None = None,
+           lt: float | None = None) -> dict[str, float]:
+    """Field metadata for numeric bounds, checked by the loader."""
+    bounds = {"ge": ge, "gt": gt, "le": le, "lt": lt}
+    return {k: v for k, v in bounds.items() if v is not None}
+
+
+def num(default: Any = dataclasses.MISSING, **bounds: float) -> Any:
+    """A numeric field with bounds (``ge``, ``gt``, ``le``, ``lt``)."""
+    return field(default=default, metadata=_range(**bounds))
+
+
+# ---------------------------------------------------------------------------------------------
+# Sections
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class SynthConfig:
+    """`synth`: the embedded default recordings (a physically motivated generator)."""
+
+    seed: int = num(ge=0)
+    classes: tuple[str, ...]
+    n_sites: int = num(ge=3)
+    recordings_per_class: int = num(ge=1)
+    scale: float = num(gt=0)
+    sample_rate: int = num(ge=1000)
+    duration_s: float = num(gt=0)
+    difficulty: float = num(ge=0, le=2)
+    transient_rate_hz: float = num(ge=0)
+    subtype: Literal["PCM_16", "PCM_24", "FLOAT"]
+
+    def problems(self) -> list[tuple[str, str]]:
+        out = []
+        unknown = [c for c in self.classes if c not in KNOWN_CLASSES]
+        if unknown:
+            out.append(("classes", f"unknown class {unknown[0]!r}; known: {list(KNOWN_CLASSES)}"))
+        if "LEAK" not in self.classes:
+            out.append(("classes", "must contain LEAK"))
+        if len(self.classes) < 2 or len(set(self.classes)) != len(self.classes):
+            out.append(("classes", "needs at least two distinct classes"))
+        return out
+
+
+@dataclass(frozen=True, kw_only=True)
+class FeatureConfig:
+    """The feature definition stored with every HDF5 split and every model.
+
+    Not a params section of its own: it is the feature subset of `build` (see
+    ``BuildConfig.features``), so that `dvc exp run -S build.n_mels=32` changes it.
+    """
+
+    sample_rate: int = num(ge=1000)
+    clip_s: float = num(gt=0)
+    long_window_s: float = num(gt=0)
+    long_hop_s: float = num(gt=0)
+    short_window: int = num(ge=8)
+    short_hop: int = num(ge=1)
+    n_fft: int = num(ge=8)
+    hop_length: int = num(ge=1)
+    n_mels: int = num(ge=1)
+    fmin: float = num(ge=0)
+    fmax: float = num(gt=0)
+    power: float = num(gt=0)
+    log_floor: float = num(gt=0)
+
+    @property
+    def clip_samples(self) -> int:
+        return int(round(self.clip_s * self.sample_rate))
+
+    @property
+    def long_window(self) -> int:
+        return int(round(self.long_window_s * self.sample_rate))
+
+    @property
+    def long_hop(self) -> int:
+        return int(round(self.long_hop_s * self.sample_rate))
+
+    @property
+    def n_long(self) -> int:
+        return 1 + (self.clip_samples - self.long_window) // self.long_hop
+
+    @property
+    def n_short(self) -> int:
+        return 1 + (self.long_window - self.short_window) // self.short_hop
+
+    @property
+    def n_frames(self) -> int:
+        return 1 + (self.short_window - self.n_fft) // self.hop_length
+
+    @property
+    def segment_shape(self) -> tuple[int, int, int, int]:
+        """Shape of one clip's features: (n_long, n_short, n_mels, n_frames)."""
+        return (self.n_long, self.n_short, self.n_mels, self.n_frames)
+
+    def problems(self) -> list[tuple[str, str]]:
+        out = []
+        if self.long_window > self.clip_samples:
+            out.append(("long_window_s", "must not exceed clip_s"))
+        if self.short_window > self.long_window:
+            out.append(("short_window", "must not exceed long_window_s * sample_rate"))
+        if self.n_fft > self.short_window:
+            out.append(("n_fft", "must not exceed short_window"))
+        if self.fmax > self.sample_rate / 2:
+            out.append(("fmax", f"must not exceed the Nyquist frequency {self.sample_rate / 2}"))
+        if self.fmin >= self.fmax:
+            out.append(("fmin", "must be below fmax"))
+        if self.long_hop < 1:
+            out.append(("long_hop_s", "is shorter than one sample"))
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SplitConfig:
+    """Fractions of recordings per split; grouped by site, stratified by class."""
+
+    train: float = num(gt=0, lt=1)
+    val: float = num(gt=0, lt=1)
+    test: float = num(gt=0, lt=1)
+    seed: int = num(ge=0)
+
+    def problems(self) -> list[tuple[str, str]]:
+        total = self.train + self.val + self.test
+        if abs(total - 1.0) > 1e-6:
+            return [("train", f"train + val + test must be 1, got {total:g}")]
+        return []
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildConfig:
+    """`build`: recordings -> two-stage-segmented log-mel HDF5, one file per split."""
+
+    source: str
+    on_error: Literal["fail", "skip"]
+    workers: int = num(ge=0)
+    classes: tuple[str, ...]
+    clips_per_recording: int = num(ge=1)
+    min_clip_fraction: float = num(gt=0, le=1)
+    sample_rate: int = num(ge=1000)
+    clip_s: float = num(gt=0)
+    long_window_s: float = num(gt=0)
+    long_hop_s: float = num(gt=0)
+    short_window: int = num(ge=8)
+    short_hop: int = num(ge=1)
+    n_fft: int = num(ge=8)
+    hop_length: int = num(ge=1)
+    n_mels: int = num(ge=1)
+    fmin: float = num(ge=0)
+    fmax: float = num(gt=0)
+    power: float = num(gt=0)
+    log_floor: float = num(gt=0)
+    dtype: Literal["float16", "float32"]
+    store_waveform: bool
+    chunk_mb: float = num(gt=0)
+    split: SplitConfig
+
+    @property
+    def features(self) -> FeatureConfig:
+        names = [f.name for f in dataclasses.fields(FeatureConfig)]
+        return FeatureConfig(**{n: getattr(self, n) for n in names})
+
+    def problems(self) -> list[tuple[str, str]]:
+        out = self.features.problems()
+        if "LEAK" not in self.classes and self.classes:
+            out.append(("classes", "must contain LEAK when given"))
+        return out
+
+
+SECTIONS: dict[str, type] = {
+    "synth": SynthConfig,
+    "build": BuildConfig,
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# Strict loading
+# ---------------------------------------------------------------------------------------------
+
+
+def read_params(path: Path | str) -> dict[str, Any]:
+    """Read params.yaml as a mapping; a missing or malformed file is a ``ConfigError``."""
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: file not found") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}" if mark is not None else "?"
+        raise ConfigError(f"{path}: not valid YAML ({where})") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: expected a mapping of sections at the top level")
+    unknown = sorted(set(raw) - set(SECTIONS))
+    if unknown:
+        raise ConfigError(f"{path}: {unknown[0]}: unknown section; known: {sorted(SECTIONS)}")
+    return raw
+
+
+def load_section(path: Path | str, name: str) -> Any:
+    """Load one section of a params file into its frozen dataclass."""
+    raw = read_params(path)
+    if name not in SECTIONS:
+        raise ConfigError(f"{path}: {name}: unknown section")
+    if name not in raw:
+        raise ConfigError(f"{path}: {name}: section missing")
+    return from_mapping(SECTIONS[name], raw[name], name, str(path))
+
+
+def from_mapping(cls: type, raw: Any, prefix: str, source: str = "<params>") -> Any:
+    """Build dataclass ``cls`` from ``raw``; errors name ``source`` and the dotted key."""
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"{source}: {prefix}: expected a mapping, got {type(raw).__name__}")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    hints = typing.get_type_hints(cls)
+    unknown = sorted(set(raw) - set(fields))
+    if unknown:
+        raise ConfigError(f"{source}: {prefix}.{unknown[0]}: unknown key; known: {sorted(fields)}")
+    missing = [n for n in fields if n not in raw]
+    if missing:
+        raise ConfigError(f"{source}: {prefix}.{missing[0]}: missing key")
+    values = {}
+    for name, f in fields.items():
+        key = f"{prefix}.{name}"
+        values[name] = _convert(raw[name], hints[name], key, source)
+        _check_bounds(values[name], f.metadata, key, source)
+    obj = cls(**values)
+    for sub_key, problem in getattr(obj, "problems", lambda: [])():
+        raise ConfigError(f"{source}: {prefix}.{sub_key}: {problem}")
+    return obj
+
+
+def _convert(value: Any, hint: Any, key: str, source: str) -> Any:
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+
+    def bad(expected: str) -> ConfigError:
+        return ConfigError(f"{source}: {key}: expected {expected}, got {value!r}")
+
+    if dataclasses.is_dataclass(hint):
+        return from_mapping(hint, value, key, source)
+    if origin is Literal:
+        if value not in args:
+            raise bad(f"one of {list(args)}")
+        return value
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        inner = [a for a in args if a is not type(None)]
+        return _convert(value, inner[0], key, source)
+    if origin is tuple:
+        if not isinstance(value, list | tuple):
+            raise bad("a list")
+        return tuple(_convert(v, args[0], f"{key}[{i}]", source) for i, v in enumerate(value))
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise bad("true or false")
+        return value
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise bad("an integer")
+        return value
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise bad("a number")
+        return float(value)
+    if hint is str:
+        if not isinstance(value, str):
+            raise bad("a string")
+        return value
+    raise TypeError(f"unsupported config type {hint!r} for {key}")
+
+
+def _check_bounds(value: Any, bounds: Mapping[str, float], key: str, source: str) -> None:
+    if value is None or not bounds:
+        return
+    checks = {
+        "ge": (lambda v, b: v >= b, ">="),
+        "gt": (lambda v, b: v > b, ">"),
+        "le": (lambda v, b: v <= b, "<="),
+        "lt": (lambda v, b: v < b, "<"),
+    }
+    for name, bound in bounds.items():
+        ok, sign = checks[name]
+        if not ok(value, bound):
+            raise ConfigError(f"{source}: {key}: must be {sign} {bound:g}, got {value!r}")

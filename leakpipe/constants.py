@@ -1,0 +1,42 @@
+"""Invariants shared across leakpipe: HDF5 keys, class names, file names, metric names.
+
+Tunables live in params.yaml; only names and formats that must never drift live here.
+"""
+
+from __future__ import annotations
+
+# Classes of the original system, in its (alphabetical, folder-derived) order.
+KNOWN_CLASSES: tuple[str, ...] = ("BACKGROUND", "CRACK", "LEAK", "NORMAL", "UNCLASSIFIED")
+LEAK_CLASS = "LEAK"
+NOLEAK_CLASS = "NOLEAK"
+BINARY_CLASSES: tuple[str, ...] = (NOLEAK_CLASS, LEAK_CLASS)  # NOLEAK = 0, LEAK = 1
+
+# HDF5 data contract (docs/data-format.md).
+SCHEMA_VERSION = 1
+SPLITS: tuple[str, ...] = ("train", "val", "test")
+H5_MEL = "mel"
+H5_LABELS = "labels"
+H5_RECORDING_ID = "recording_id"
+H5_GROUP = "group"
+H5_CLIP_INDEX = "clip_index"
+H5_WAVEFORM = "waveform"
+ATTR_SCHEMA_VERSION = "schema_version"
+ATTR_CLASS_NAMES = "class_names"
+ATTR_LEAK_CLASS = "leak_class"
+ATTR_FEATURES = "feature_config"
+ATTR_VERSION = "leakpipe_version"
+ATTR_CREATED = "created_utc"
+ATTR_SPLIT = "split"
+ATTR_CHUNK_ROWS = "chunk_rows"
+
+# Manifest columns (data/raw/manifest.csv and any user manifest).
+MANIFEST_COLUMNS: tuple[str, ...] = ("path", "class", "group")
+MANIFEST_OPTIONAL: tuple[str, ...] = ("material", "sample_rate", "duration_s", "seed")
+MANIFEST_NAME = "manifest.csv"
+AUDIO_SUFFIXES: tuple[str, ...] = (".wav", ".flac", ".ogg")
+
+# Exit codes of stages and the CLI.
+EXIT_OK = 0
+EXIT_FAILURE = 1
+EXIT_CONFIG = 2
+EXIT_DATA = 3

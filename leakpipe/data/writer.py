@@ -1,0 +1,131 @@
+"""Streaming writer of one split file: rows are appended as recordings finish.
+
+The file is written under a temporary name and renamed on ``commit()``, so a crash or an
+error never leaves a half-written split that DVC could cache as valid.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from pathlib import Path
+from types import TracebackType
+
+import h5py
+import numpy as np
+
+from leakpipe import __version__
+from leakpipe.config import FeatureConfig
+from leakpipe.constants import (
+    ATTR_CHUNK_ROWS,
+    ATTR_CLASS_NAMES,
+    ATTR_CREATED,
+    ATTR_FEATURES,
+    ATTR_LEAK_CLASS,
+    ATTR_SCHEMA_VERSION,
+    ATTR_SPLIT,
+    ATTR_VERSION,
+    H5_CLIP_INDEX,
+    H5_GROUP,
+    H5_LABELS,
+    H5_MEL,
+    H5_RECORDING_ID,
+    H5_WAVEFORM,
+    LEAK_CLASS,
+    SCHEMA_VERSION,
+)
+from leakpipe.data.schema import encode_json
+
+_STR = h5py.string_dtype("utf-8")
+
+
+def chunk_rows(row_bytes: int, chunk_mb: float) -> int:
+    """Whole clips per chunk so that a chunk is about ``chunk_mb`` MiB (at least one clip)."""
+    return max(1, int(chunk_mb * 2**20) // max(1, row_bytes))
+
+
+class SplitWriter:
+    """Append clips to ``path`` (a context manager; commit on clean exit, discard on error)."""
+
+    def __init__(self, path: Path, split: str, features: FeatureConfig,
+                 class_names: tuple[str, ...], dtype: str = "float16",
+                 chunk_mb: float = 1.0, store_waveform: bool = False) -> None:
+        self.path = Path(path)
+        self.tmp_path = self.path.with_name(f".{self.path.name}.tmp")
+        self.rows = 0
+        self._capacity = 0
+        shape = features.segment_shape
+        row_bytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
+        self._chunk = chunk_rows(row_bytes, chunk_mb)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._h5 = h5py.File(self.tmp_path, "w")
+        f = self._h5
+        f.attrs[ATTR_SCHEMA_VERSION] = SCHEMA_VERSION
+        f.attrs[ATTR_CLASS_NAMES] = encode_json(list(class_names))
+        f.attrs[ATTR_LEAK_CLASS] = LEAK_CLASS
+        f.attrs[ATTR_FEATURES] = encode_json(features.to_dict())
+        f.attrs[ATTR_VERSION] = __version__
+        f.attrs[ATTR_CREATED] = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+        f.attrs[ATTR_SPLIT] = split
+        f.attrs[ATTR_CHUNK_ROWS] = self._chunk
+        self._datasets = {
+            H5_MEL: f.create_dataset(H5_MEL, shape=(0, *shape), maxshape=(None, *shape),
+                                     dtype=dtype, chunks=(self._chunk, *shape)),
+            H5_LABELS: self._column(H5_LABELS, np.int16),
+            H5_RECORDING_ID: self._column(H5_RECORDING_ID, _STR),
+            H5_GROUP: self._column(H5_GROUP, _STR),
+            H5_CLIP_INDEX: self._column(H5_CLIP_INDEX, np.int16),
+        }
+        if store_waveform:
+            n = features.clip_samples
+            self._datasets[H5_WAVEFORM] = f.create_dataset(
+                H5_WAVEFORM, shape=(0, n), maxshape=(None, n), dtype=np.float32,
+                chunks=(self._chunk, n))
+
+    def _column(self, name: str, dtype: object) -> h5py.Dataset:
+        return self._h5.create_dataset(name, shape=(0,), maxshape=(None,), dtype=dtype,
+                                       chunks=(max(self._chunk, 256),))
+
+    def append(self, mel: np.ndarray, label: int, recording_id: str, group: str,
+               waveform: np.ndarray | None = None) -> None:
+        """Append all clips of one recording: ``mel`` is (clips, n_long, n_short, n_mels, T)."""
+        n = mel.shape[0]
+        start = self.rows
+        self._grow(start + n)
+        self._datasets[H5_MEL][start:start + n] = mel
+        self._datasets[H5_LABELS][start:start + n] = label
+        self._datasets[H5_RECORDING_ID][start:start + n] = [recording_id] * n
+        self._datasets[H5_GROUP][start:start + n] = [group] * n
+        self._datasets[H5_CLIP_INDEX][start:start + n] = np.arange(n)
+        if H5_WAVEFORM in self._datasets and waveform is not None:
+            self._datasets[H5_WAVEFORM][start:start + n] = waveform
+        self.rows += n
+
+    def _grow(self, needed: int) -> None:
+        if needed <= self._capacity:
+            return
+        self._capacity = max(needed, self._capacity * 2, self._chunk)
+        for ds in self._datasets.values():
+            ds.resize(self._capacity, axis=0)
+
+    def commit(self) -> None:
+        """Trim to the rows written, close and rename into place."""
+        for ds in self._datasets.values():
+            ds.resize(self.rows, axis=0)
+        self._h5.close()
+        os.replace(self.tmp_path, self.path)
+
+    def discard(self) -> None:
+        if self._h5.id.valid:
+            self._h5.close()
+        self.tmp_path.unlink(missing_ok=True)
+
+    def __enter__(self) -> SplitWriter:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if exc_type is None:
+            self.commit()
+        else:
+            self.discard()
