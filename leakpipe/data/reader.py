@@ -94,10 +94,16 @@ class SplitReader:
 
     @cached_property
     def class_names(self) -> tuple[str, ...]:
-        value = decode_json(self.h5.attrs[ATTR_CLASS_NAMES], ATTR_CLASS_NAMES)
+        value = self._json_attr(ATTR_CLASS_NAMES)
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise self._fail("attribute 'class_names' must be a JSON list of strings")
         return tuple(value)
+
+    def _json_attr(self, key: str) -> object:
+        try:
+            return decode_json(self.h5.attrs[key], key)
+        except DataFormatError as exc:
+            raise self._fail(str(exc)) from None
 
     @cached_property
     def leak_class(self) -> str:
@@ -110,7 +116,7 @@ class SplitReader:
 
     @cached_property
     def features(self) -> FeatureConfig:
-        raw = decode_json(self.h5.attrs[ATTR_FEATURES], ATTR_FEATURES)
+        raw = self._json_attr(ATTR_FEATURES)
         try:
             return from_mapping(FeatureConfig, raw, ATTR_FEATURES, str(self.path))
         except ConfigError as exc:
