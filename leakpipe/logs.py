@@ -18,5 +18,6 @@ def setup_logging(verbose: bool = False) -> None:
         logging.getLogger(name).setLevel(logging.WARNING)
     # MLflow prints an emoji banner and tips at the end of each run unless told otherwise.
     os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
+    os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")  # read when mlflow is imported
     os.environ.setdefault("GIT_PYTHON_REFRESH", "quiet")
     warnings.filterwarnings("ignore", category=FutureWarning, module="mlflow")
