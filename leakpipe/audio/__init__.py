@@ -1,0 +1,1 @@
+"""Audio input: reading recordings, resampling and cutting them into fixed-length clips."""

@@ -1,0 +1,179 @@
+"""Stage `build` on generated recordings: real WAV files in, real HDF5 splits out."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from leakpipe.build import BuildFailed, build, select_classes
+from leakpipe.cli import main
+from leakpipe.data import open_split
+from leakpipe.data.manifest import Recording, discover
+from leakpipe.errors import DataError
+from leakpipe.features.mel import clip_features
+
+CLASSES = ("LEAK", "NORMAL", "BACKGROUND")
+
+
+def _tone(rng: np.random.Generator, label: str, seconds: float, sr: int) -> np.ndarray:
+    t = np.arange(int(seconds * sr)) / sr
+    base = 0.05 * rng.standard_normal(t.size)
+    if label == "LEAK":
+        return base + 0.3 * rng.standard_normal(t.size)
+    return base + 0.3 * np.sin(2 * np.pi * (100 if label == "NORMAL" else 50) * t)
+
+
+def make_recordings(root: Path, n_sites: int = 6, per_class: int = 2, sr: int = 8000,
+                    seconds: float = 1.5, manifest: bool = True) -> list[tuple[str, str, str]]:
+    """WAVs under root/<CLASS>/ and (optionally) root/manifest.csv; returns the rows."""
+    rng = np.random.default_rng(0)
+    rows = []
+    for site in range(n_sites):
+        for label in CLASSES:
+            for i in range(per_class):
+                rel = f"{label}/s{site}_{i}.wav"
+                (root / label).mkdir(parents=True, exist_ok=True)
+                sf.write(root / rel, _tone(rng, label, seconds, sr).astype(np.float32) * 0.5, sr,
+                         subtype="PCM_16")
+                rows.append((rel, label, f"site{site}"))
+    if manifest:
+        lines = ["path,class,group,material"] + [f"{p},{c},{g},steel" for p, c, g in rows]
+        (root / "manifest.csv").write_text("\n".join(lines) + "\n")
+    return rows
+
+
+@pytest.fixture
+def recordings(tmp_path: Path) -> Path:
+    root = tmp_path / "raw"
+    make_recordings(root)
+    return root
+
+
+def test_build_writes_three_disjoint_splits(tmp_path: Path, recordings: Path,
+                                            tiny_build_cfg) -> None:
+    out = tmp_path / "processed"
+    report = build(tiny_build_cfg, recordings, out, progress=False)
+    assert report.class_names == ("BACKGROUND", "LEAK", "NORMAL")
+    seen_ids, seen_groups, total = set(), set(), 0
+    for split in ("train", "val", "test"):
+        with open_split(out / f"{split}.h5") as reader:
+            assert reader.mel.shape[1:] == tiny_build_cfg.features.segment_shape
+            assert reader.n_files == 2 * sum(report.recordings[split].values())
+            ids, groups = set(reader.recording_ids), set(reader.groups)
+            assert not ids & seen_ids and not groups & seen_groups
+            seen_ids |= ids
+            seen_groups |= groups
+            total += reader.n_files
+            assert reader.leak_index == 1
+    assert total == 6 * 3 * 2 * 2
+    assert sorted(p.name for p in out.iterdir()) == ["test.h5", "train.h5", "val.h5"]
+
+
+def test_rows_equal_features_of_the_recording(tmp_path: Path, recordings: Path,
+                                              tiny_build_cfg) -> None:
+    from leakpipe.audio.io import load_clips
+
+    out = tmp_path / "processed"
+    build(tiny_build_cfg, recordings, out, progress=False)
+    with open_split(out / "train.h5") as reader:
+        rid = reader.recording_ids[0]
+        clips = load_clips(recordings / rid, reader.features, 2, 0.5)
+        expected = clip_features(clips, reader.features).astype(np.float16)
+        np.testing.assert_array_equal(reader.mel[0:2], expected)
+
+
+def test_two_workers_give_identical_files(tmp_path: Path, recordings: Path,
+                                          tiny_build_cfg) -> None:
+    one = build(tiny_build_cfg, recordings, tmp_path / "w1", progress=False)
+    two = build(dataclasses.replace(tiny_build_cfg, workers=2), recordings, tmp_path / "w2",
+                progress=False)
+    for split in ("train", "val", "test"):
+        with open_split(tmp_path / "w1" / f"{split}.h5") as a, \
+                open_split(tmp_path / "w2" / f"{split}.h5") as b:
+            np.testing.assert_array_equal(a.mel[:], b.mel[:])
+            assert list(a.recording_ids) == list(b.recording_ids)
+    assert one.recordings == two.recordings
+
+
+def test_class_folders_without_manifest(tmp_path: Path, tiny_build_cfg) -> None:
+    root = tmp_path / "raw"
+    make_recordings(root, manifest=False)
+    recs = discover(root)
+    assert len(recs) == 36 and {r.label for r in recs} == set(CLASSES)
+    assert recs[0].group == recs[0].recording_id  # each recording is its own group
+    report = build(tiny_build_cfg, root, tmp_path / "out", progress=False)
+    assert sum(report.clips.values()) == 72
+
+
+def _break(root: Path) -> None:
+    (root / "LEAK" / "s0_0.wav").write_bytes(b"")                # empty
+    (root / "NORMAL" / "s1_0.wav").write_text("hello, not audio")  # non-audio
+    wav = (root / "BACKGROUND" / "s2_0.wav").read_bytes()
+    (root / "BACKGROUND" / "s2_0.wav").write_bytes(wav[:60])     # header only, tiny
+
+
+def test_on_error_fail_lists_files_and_leaves_no_output(tmp_path: Path, recordings: Path,
+                                                       tiny_build_cfg) -> None:
+    _break(recordings)
+    out = tmp_path / "processed"
+    with pytest.raises(BuildFailed) as info:
+        build(tiny_build_cfg, recordings, out, progress=False)
+    reasons = [u["path"] for u in info.value.report.unusable]
+    assert sorted(Path(p).name for p in reasons) == ["s0_0.wav", "s1_0.wav", "s2_0.wav"]
+    assert not out.exists() or list(out.iterdir()) == []
+
+
+def test_on_error_skip_builds_the_rest(tmp_path: Path, recordings: Path,
+                                       tiny_build_cfg) -> None:
+    _break(recordings)
+    cfg = dataclasses.replace(tiny_build_cfg, on_error="skip")
+    report = build(cfg, recordings, tmp_path / "processed", progress=False)
+    assert len(report.unusable) == 3
+    assert sum(sum(c.values()) for c in report.recordings.values()) == 36 - 3
+
+
+def test_cli_failure_writes_failed_report_only(tmp_path: Path, recordings: Path,
+                                               mlflow_store: str, capsys) -> None:
+    _break(recordings)
+    params = tmp_path / "params.yaml"
+    text = (Path(__file__).resolve().parents[1] / "params.yaml").read_text()
+    params.write_text(text.replace("workers: 2 ", "workers: 1 "))
+    report = tmp_path / "reports" / "build.json"
+    code = main(["build", "--params", str(params), "--source", str(recordings), "--out-dir",
+                 str(tmp_path / "processed"), "--report", str(report), "--no-progress"])
+    assert code == 3
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "Traceback" not in err
+    assert "3 unusable recording(s)" in errors[0] and "build.failed.json" in errors[0]
+    assert not report.exists()
+    failed = json.loads(report.with_name("build.failed.json").read_text())
+    assert failed["n_unusable"] == 3
+
+
+def test_manifest_errors_name_file_and_column(tmp_path: Path) -> None:
+    bad = tmp_path / "manifest.csv"
+    bad.write_text("path,label\na.wav,LEAK\n")
+    with pytest.raises(DataError, match=r"manifest.csv: manifest column 'class' missing"):
+        discover(bad)
+    bad.write_text("path,class,group\na.wav,LEAK,\n")
+    with pytest.raises(DataError, match="line 2: column 'group' is empty"):
+        discover(bad)
+    bad.write_text("path,class,group\na.wav,LEAK,g\na.wav,LEAK,g\n")
+    with pytest.raises(DataError, match="listed twice"):
+        discover(bad)
+
+
+def test_class_selection_requires_leak() -> None:
+    recs = [Recording(Path(f"{c}.wav"), f"{c}.wav", c, c) for c in ("LEAK", "NORMAL", "CRACK")]
+    kept, names = select_classes(recs, ("NORMAL", "LEAK"))
+    assert names == ("LEAK", "NORMAL") and len(kept) == 2
+    with pytest.raises(DataError, match="no LEAK recordings"):
+        select_classes(recs[1:], ())
+    with pytest.raises(DataError, match="'RAIN'"):
+        select_classes(recs, ("LEAK", "RAIN"))
