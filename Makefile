@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test install lint lock bench ui clean
+.PHONY: run test install lint lock bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -29,10 +29,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check leakpipe stages tests benchmarks
 
 bench: $(STAMP)
-	$(BIN)/python benchmarks/bench_build.py
-
-ui: $(STAMP)
-	$(BIN)/leakpipe ui
+	for b in benchmarks/bench_*.py; do $(BIN)/python $$b || exit 1; done
 
 # Re-resolve requirements.in into the pinned lock (needs the registries).
 lock:
