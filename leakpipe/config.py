@@ -48,6 +48,7 @@ class SynthConfig:
     classes: tuple[str, ...]
     n_sites: int = num(ge=3)
     recordings_per_class: int = num(ge=1)
+    leak_share: float = num(gt=0, lt=1)
     scale: float = num(gt=0)
     sample_rate: int = num(ge=1000)
     duration_s: float = num(gt=0)
@@ -194,9 +195,125 @@ class BuildConfig:
         return out
 
 
+@dataclass(frozen=True, kw_only=True)
+class ValidateConfig:
+    """`validate`: bounds of the checks run on the HDF5 splits before training."""
+
+    value_min: float
+    value_max: float
+    constant_tol: float = num(ge=0)
+    required_classes: tuple[str, ...]
+    min_files_per_class: int = num(ge=1)
+    class_fraction_min: float = num(ge=0, le=1)
+    class_fraction_max: float = num(gt=0, le=1)
+    workers: int = num(ge=0)
+    read_mb: float = num(gt=0)
+    max_listed: int = num(ge=1)
+
+    def problems(self) -> list[tuple[str, str]]:
+        out = []
+        if self.value_min >= self.value_max:
+            out.append(("value_min", "must be below value_max"))
+        if self.class_fraction_min > self.class_fraction_max:
+            out.append(("class_fraction_min", "must not exceed class_fraction_max"))
+        if len(set(self.required_classes)) != len(self.required_classes):
+            out.append(("required_classes", "must not repeat a class"))
+        return out
+
+
+@dataclass(frozen=True, kw_only=True)
+class PreloadConfig:
+    """`preload`: the memory plan that decides where training keeps its data."""
+
+    mode: Literal["auto", "device", "ram", "stream"]
+    dtype: Literal["float16", "float32"]
+    max_batch_size: int = num(ge=1)
+    safety: float = num(gt=0, le=1)
+    host_reserve_mb: float = num(ge=0)
+    device_reserve_mb: float = num(ge=0)
+    stream_buffer_mb: float = num(gt=0)
+
+
+MODEL_WIDTHS = 3  # LeakCNN has exactly three conv layers
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelConfig:
+    """`model`: the LeakCNN network (the original LeakCNNMulti)."""
+
+    widths: tuple[int, ...]
+    dropout: float = num(ge=0, lt=1)
+    pool_h: int = num(ge=1)
+    hidden: int = num(ge=1)
+
+    def problems(self) -> list[tuple[str, str]]:
+        if len(self.widths) != MODEL_WIDTHS or min(self.widths, default=0) < 1:
+            return [("widths", f"must be {MODEL_WIDTHS} positive channel counts")]
+        return []
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainConfig:
+    """`train`: optimisation, loss, precision, validation decision rule, checkpoints."""
+
+    seed: int = num(ge=0)
+    device: Literal["auto", "cpu", "cuda"]
+    binary: bool
+    epochs: int = num(ge=1)
+    batch_size: int = num(ge=1)
+    learning_rate: float = num(gt=0)
+    weight_decay: float = num(ge=0)
+    warmup_epochs: float = num(ge=0)
+    eta_min: float = num(ge=0)
+    grad_accum_steps: int = num(ge=1)
+    grad_clip: bool
+    grad_clip_norm: float = num(gt=0)
+    amp: Literal["auto", "off", "fp16", "bf16"]
+    channels_last: bool
+    compile: bool
+    compile_mode: Literal["default", "reduce-overhead", "max-autotune",
+                          "max-autotune-no-cudagraphs"]
+    loss: Literal["ce", "focal"]
+    focal_gamma: float = num(ge=0)
+    focal_alpha: float = num(ge=0, le=1)
+    leak_weight_boost: float = num(gt=0)
+    leak_aux_weight: float = num(ge=0)
+    leak_oversample_factor: int = num(ge=1)
+    prob_mode: Literal["softmax", "aux", "blend"]
+    decision_rule: Literal["long_vote", "frac_vote", "mean", "any_long"]
+    segment_threshold: float = num(gt=0, lt=1)
+    vote_fraction: float = num(gt=0, le=1)
+    threshold_min: float = num(gt=0, lt=1)
+    threshold_max: float = num(gt=0, lt=1)
+    threshold_step: float = num(gt=0, lt=1)
+    monitor: Literal["val/file_f1", "val/loss"]
+    early_stop_patience: int = num(ge=1)
+    early_stop_min_delta: float = num(ge=0)
+    keep_last_checkpoints: int = num(ge=1)
+    init_checkpoint: str
+    reset_optimizer: bool
+    log_every_steps: int = num(ge=0)
+
+    def problems(self) -> list[tuple[str, str]]:
+        out = []
+        if self.threshold_min > self.threshold_max:
+            out.append(("threshold_min", "must not exceed threshold_max"))
+        if self.eta_min > self.learning_rate:
+            out.append(("eta_min", "must not exceed learning_rate"))
+        if self.warmup_epochs > self.epochs:
+            out.append(("warmup_epochs", "must not exceed epochs"))
+        if self.prob_mode == "aux" and self.leak_aux_weight == 0:
+            out.append(("prob_mode", "'aux' needs leak_aux_weight > 0 (the aux head is untrained)"))
+        return out
+
+
 SECTIONS: dict[str, type] = {
     "synth": SynthConfig,
     "build": BuildConfig,
+    "validate": ValidateConfig,
+    "preload": PreloadConfig,
+    "model": ModelConfig,
+    "train": TrainConfig,
 }
 
 

@@ -1,0 +1,1 @@
+"""Decision rules (segment -> long segment -> file) and confusion-matrix metrics."""

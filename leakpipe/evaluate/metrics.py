@@ -1,0 +1,117 @@
+"""Confusion-matrix metrics for many thresholds at once, and the collapse diagnosis.
+
+``binary_metrics(y_true (N,), decisions (K, N))`` returns (K,) arrays; a ratio with a zero
+denominator is 0 (scikit-learn's ``zero_division=0``). ``diagnose`` explains in one line why a
+run's F1 is 0 or its predictions collapsed (ORIGIN faults 2 and 5), instead of a silent 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+COLLAPSE_SHARE = 0.98   # a class predicted for this share of segments (but not that common)
+METRIC_NAMES = ("accuracy", "precision", "recall", "specificity", "f1")
+
+
+@dataclass(frozen=True)
+class BinaryMetrics:
+    """Counts and rates per threshold, each of shape (K,)."""
+
+    tp: np.ndarray
+    fp: np.ndarray
+    tn: np.ndarray
+    fn: np.ndarray
+
+    @property
+    def accuracy(self) -> np.ndarray:
+        return _ratio(self.tp + self.tn, self.tp + self.fp + self.tn + self.fn)
+
+    @property
+    def precision(self) -> np.ndarray:
+        return _ratio(self.tp, self.tp + self.fp)
+
+    @property
+    def recall(self) -> np.ndarray:
+        """Sensitivity."""
+        return _ratio(self.tp, self.tp + self.fn)
+
+    @property
+    def specificity(self) -> np.ndarray:
+        return _ratio(self.tn, self.tn + self.fp)
+
+    @property
+    def f1(self) -> np.ndarray:
+        return _ratio(2 * self.tp, 2 * self.tp + self.fp + self.fn)
+
+    def at(self, index: int) -> dict[str, float]:
+        """Every rate at one threshold index, as plain floats."""
+        return {name: float(getattr(self, name)[index]) for name in METRIC_NAMES}
+
+
+def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
+    num, den = np.asarray(num, dtype=np.float64), np.asarray(den, dtype=np.float64)
+    return np.divide(num, den, out=np.zeros_like(num), where=den > 0)
+
+
+def binary_metrics(y_true: np.ndarray, decisions: np.ndarray) -> BinaryMetrics:
+    """y_true (N,) 0/1 and decisions (K, N) or (N,) booleans -> metrics of shape (K,)."""
+    truth = np.asarray(y_true).astype(bool)[None, :]                # (1, N)
+    pred = np.atleast_2d(np.asarray(decisions).astype(bool))        # (K, N)
+    tp = (pred & truth).sum(axis=1)
+    fp = (pred & ~truth).sum(axis=1)
+    fn = (~pred & truth).sum(axis=1)
+    return BinaryMetrics(tp=tp, fp=fp, tn=truth.shape[1] - tp - fp - fn, fn=fn)
+
+
+def best_index(values: np.ndarray) -> int:
+    """Index of the maximum; among ties, the middle one (the centre of a flat optimum)."""
+    values = np.asarray(values, dtype=np.float64)
+    ties = np.flatnonzero(values == np.nanmax(values)) if np.isfinite(values).any() else [0]
+    return int(ties[(len(ties) - 1) // 2])
+
+
+def diagnose(y_true: np.ndarray, y_pred: np.ndarray, scores: np.ndarray | None = None,
+             threshold: float | None = None) -> str | None:
+    """One line explaining an F1 of 0 or a one-class prediction; None when all is well."""
+    truth, pred = np.asarray(y_true).astype(bool), np.asarray(y_pred).astype(bool)
+    n, positives, predicted = truth.size, int(truth.sum()), int(pred.sum())
+    if positives == 0:
+        return (f"no positives present: none of the {n} samples is LEAK, F1 is 0 by definition "
+                "(check the leak index and that the split holds leaks)")
+    if predicted == 0:
+        return _no_positives_predicted(n, positives, scores, threshold)
+    if predicted == n:
+        return (f"collapse: all {n} samples predicted LEAK ({n - positives} false positives; "
+                "check leak_weight_boost, leak_oversample_factor and leak_aux_weight)")
+    if not (pred & truth).any():
+        return f"F1 = 0: {predicted} samples predicted LEAK, none of them is one"
+    return None
+
+
+def _no_positives_predicted(n: int, positives: int, scores: np.ndarray | None,
+                            threshold: float | None) -> str:
+    line = f"no positives predicted: all {n} samples predicted NOLEAK ({positives} leaks missed)"
+    if scores is not None and threshold is not None and np.size(scores):
+        top = float(np.max(scores))
+        if threshold > top:
+            line += (f"; threshold {threshold:g} is above the probability mass "
+                     f"(max score {top:.3g}, median {float(np.median(scores)):.3g})")
+    return line
+
+
+def dominant_class(pred_counts: Sequence[int], true_counts: Sequence[int],
+                   class_names: Sequence[str], share: float = COLLAPSE_SHARE) -> str | None:
+    """'collapse: 99.5 % of segments predicted LEAK (true share 43.0 %)' or None."""
+    pred = np.asarray(pred_counts, dtype=np.float64)
+    true = np.asarray(true_counts, dtype=np.float64)
+    if pred.sum() == 0 or true.sum() == 0:
+        return None
+    top = int(np.argmax(pred))
+    pred_share, true_share = pred[top] / pred.sum(), true[top] / true.sum()
+    if pred_share < share or true_share >= share:
+        return None
+    return (f"collapse: {100 * pred_share:.1f} % of segments predicted {class_names[top]} "
+            f"(true share {100 * true_share:.1f} %)")

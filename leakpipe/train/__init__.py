@@ -1,0 +1,1 @@
+"""Training core: losses, optimizer + schedule, early stopping, checkpoints, loop and fit()."""
