@@ -156,8 +156,12 @@ class SplitConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
-class BuildConfig:
-    """`build`: recordings -> two-stage-segmented log-mel HDF5, one file per split."""
+class BuildConfig(FeatureConfig):
+    """`build`: recordings -> two-stage-segmented log-mel HDF5, one file per split.
+
+    The feature keys (sample_rate ... log_floor, inherited from ``FeatureConfig``) sit flat in
+    this section, so `dvc exp run -S build.n_mels=32` changes them; ``features`` extracts them.
+    """
 
     source: str
     on_error: Literal["fail", "skip"]
@@ -165,19 +169,6 @@ class BuildConfig:
     classes: tuple[str, ...]
     clips_per_recording: int = num(ge=1)
     min_clip_fraction: float = num(gt=0, le=1)
-    sample_rate: int = num(ge=1000)
-    clip_s: float = num(gt=0)
-    long_window_s: float = num(gt=0)
-    long_hop_s: float = num(gt=0)
-    short_window: int = num(ge=8)
-    short_hop: int = num(ge=1)
-    n_fft: int = num(ge=8)
-    hop_length: int = num(ge=1)
-    n_mels: int = num(ge=1)
-    fmin: float = num(ge=0)
-    fmax: float = num(gt=0)
-    power: float = num(gt=0)
-    log_floor: float = num(gt=0)
     dtype: Literal["float16", "float32"]
     store_waveform: bool
     chunk_mb: float = num(gt=0)
@@ -189,7 +180,7 @@ class BuildConfig:
         return FeatureConfig(**{n: getattr(self, n) for n in names})
 
     def problems(self) -> list[tuple[str, str]]:
-        out = self.features.problems()
+        out = super().problems()
         if "LEAK" not in self.classes and self.classes:
             out.append(("classes", "must contain LEAK when given"))
         return out
@@ -307,6 +298,152 @@ class TrainConfig:
         return out
 
 
+@dataclass(frozen=True, kw_only=True)
+class MonitorConfig:
+    """`monitor`: training diagnostics (system / GPU sampling, step-time profile)."""
+
+    enabled: bool
+    interval_s: float = num(gt=0)
+    gpu: bool
+    spike_factor: float = num(gt=1)
+    max_spikes: int = num(ge=0)
+    mlflow_system_metrics: bool
+    mlflow_interval_s: float = num(gt=0)
+
+
+@dataclass(frozen=True, kw_only=True)
+class EvaluateConfig:
+    """`evaluate`: file-level decision, threshold chosen on val only, test metrics, bootstrap."""
+
+    prob_mode: Literal["softmax", "aux", "blend"]
+    rule: Literal["long_vote", "frac_vote", "mean", "any_long"]
+    vote_fraction: float = num(gt=0, le=1)
+    select_rule: bool
+    criterion: Literal["max_f1", "target_sensitivity", "target_specificity"]
+    target: float = num(gt=0, le=1)
+    threshold_min: float = num(gt=0, lt=1)
+    threshold_max: float = num(gt=0, lt=1)
+    threshold_step: float = num(gt=0, lt=1)
+    segment_threshold: float = num(gt=0, lt=1)
+    bootstrap_resamples: int = num(ge=0)
+    confidence: float = num(gt=0, lt=1)
+    seed: int = num(ge=0)
+    device: Literal["auto", "cpu", "cuda"]
+    amp: Literal["auto", "off", "fp16", "bf16"]
+    max_batch_segments: int = num(ge=1)
+
+    def problems(self) -> list[tuple[str, str]]:
+        if self.threshold_min > self.threshold_max:
+            return [("threshold_min", "must not exceed threshold_max")]
+        return []
+
+
+# Train keys a trial never varies: the trial budget, identity and bookkeeping of a run.
+TUNE_FIXED_TRAIN_KEYS = ("seed", "device", "binary", "epochs", "compile", "compile_mode",
+                         "monitor", "init_checkpoint", "reset_optimizer",
+                         "keep_last_checkpoints", "log_every_steps")
+TUNE_CHOICE_TYPES = (str, int, float, bool)  # what Optuna stores as a categorical choice
+
+
+@dataclass(frozen=True, kw_only=True)
+class ParamSpec:
+    """One searched parameter of `tune.space`: a float / int range or a list of choices."""
+
+    type: Literal["float", "int", "categorical"]
+    low: float | None
+    high: float | None
+    log: bool
+    step: float | None
+    choices: tuple[Any, ...]
+
+    def problems(self) -> list[tuple[str, str]]:
+        if self.type == "categorical":
+            return self._choice_problems()
+        if self.choices:
+            return [("choices", f"must be [] for type {self.type}")]
+        if self.low is None or self.high is None:
+            return [("low", f"low and high are needed for type {self.type}")]
+        if self.low > self.high:
+            return [("low", "must not exceed high")]
+        if self.log and (self.low <= 0 or self.step is not None):
+            return [("log", "needs low > 0 and step null")]
+        if self.step is not None and self.step <= 0:
+            return [("step", "must be > 0 or null")]
+        bounds = (self.low, self.high, 1.0 if self.step is None else self.step)
+        if self.type == "int" and any(v != int(v) for v in bounds):
+            return [("low", "low, high and step must be whole numbers for type int")]
+        return []
+
+    def _choice_problems(self) -> list[tuple[str, str]]:
+        if not self.choices:
+            return [("choices", "must list at least one value for type categorical")]
+        if any(not isinstance(c, TUNE_CHOICE_TYPES) for c in self.choices):
+            return [("choices", "values must be numbers, strings or booleans")]
+        if (self.low, self.high, self.step, self.log) != (None, None, None, False):
+            return [("low", "low, high, step must be null and log false for type categorical")]
+        return []
+
+
+@dataclass(frozen=True, kw_only=True)
+class TuneSpace:
+    """`tune.space`: searched parameters of the `model` and `train` sections, by key."""
+
+    model: dict[str, ParamSpec]
+    train: dict[str, ParamSpec]
+
+    def problems(self) -> list[tuple[str, str]]:
+        out = []
+        for section, cls, fixed in (("model", ModelConfig, ()),
+                                    ("train", TrainConfig, TUNE_FIXED_TRAIN_KEYS)):
+            known = {f.name for f in dataclasses.fields(cls)} - set(fixed)
+            for name in getattr(self, section):
+                if name not in known:
+                    out.append((f"{section}.{name}", f"not a tunable {section} key; "
+                                                     f"tunable: {sorted(known)}"))
+        if not self.model and not self.train:
+            out.append(("train", "the space is empty: search at least one parameter"))
+        return out
+
+
+@dataclass(frozen=True, kw_only=True)
+class TuneConfig:
+    """`tune`: an Optuna study over the training of the `model` + `train` sections."""
+
+    study_name: str
+    storage: str
+    n_trials: int = num(ge=0)
+    timeout_s: float = num(ge=0)
+    workers: int = num(ge=1)
+    threads_per_worker: int = num(ge=0)
+    epochs: int = num(ge=1)
+    train_fraction: float = num(gt=0, le=1)
+    compile: bool
+    objective: Literal["val/file_f1", "val/seg_f1", "val/loss"]
+    direction: Literal["auto", "maximize", "minimize"]
+    seed: int = num(ge=0)
+    sampler_startup_trials: int = num(ge=0)
+    pruner: Literal["median", "hyperband", "none"]
+    pruner_startup_trials: int = num(ge=0)
+    pruner_warmup_steps: int = num(ge=0)
+    hyperband_reduction_factor: int = num(ge=2)
+    nan_loss: Literal["prune", "fail"]
+    heartbeat_s: int = num(ge=1)
+    grace_s: int = num(ge=1)
+    max_retry: int = num(ge=0)
+    lr_batch_reference: int = num(ge=0)
+    space: TuneSpace
+
+    def problems(self) -> list[tuple[str, str]]:
+        out = []
+        if self.n_trials == 0 and self.timeout_s == 0:
+            out.append(("n_trials", "n_trials or timeout_s must be > 0 (the study needs a budget)"))
+        if not self.study_name or not self.study_name.replace("-", "").replace("_", "").isalnum():
+            out.append(("study_name", "must be letters, digits, '-' or '_'"))
+        if self.grace_s <= self.heartbeat_s:
+            out.append(("grace_s", "must exceed heartbeat_s"))
+        return out
+
+
 SECTIONS: dict[str, type] = {
     "synth": SynthConfig,
     "build": BuildConfig,
@@ -314,6 +451,9 @@ SECTIONS: dict[str, type] = {
     "preload": PreloadConfig,
     "model": ModelConfig,
     "train": TrainConfig,
+    "monitor": MonitorConfig,
+    "evaluate": EvaluateConfig,
+    "tune": TuneConfig,
 }
 
 
@@ -383,6 +523,12 @@ def _convert(value: Any, hint: Any, key: str, source: str) -> Any:
 
     if dataclasses.is_dataclass(hint):
         return from_mapping(hint, value, key, source)
+    if hint is Any:  # checked by the owning dataclass's problems()
+        return value
+    if origin is dict:
+        if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
+            raise bad("a mapping with string keys")
+        return {k: _convert(v, args[1], f"{key}.{k}", source) for k, v in value.items()}
     if origin is Literal:
         if value not in args:
             raise bad(f"one of {list(args)}")
