@@ -40,3 +40,8 @@ lock:
 
 clean:
 	rm -rf $(VENV) .pytest_cache
+
+# The MLflow UI on the project's store, bound to 127.0.0.1 (http://127.0.0.1:5000; Ctrl-C stops it).
+.PHONY: ui
+ui: $(STAMP)
+	$(BIN)/leakpipe ui

@@ -3,6 +3,9 @@
 One segment's log-mel (1, n_mels, n_frames) goes through three 3x3 convolutions with two
 height-only max pools, an adaptive average pool to (pool_h, 1), dropout and one hidden fully
 connected layer, then two heads: the class logits and one auxiliary leak logit.
+
+``SegmentScorer`` is its serving form (the model logged to MLflow): one output tensor of class
+probabilities plus the segment leak probability, so a pyfunc ``predict`` returns one array.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import torch
 from torch import nn
 
 from leakpipe.config import ModelConfig
+from leakpipe.evaluate.voting import ProbMode, segment_leak_prob
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +51,21 @@ class LeakCNN(nn.Module):
         h = self.dropout(torch.flatten(h, 1))     # (B, c3 * pool_h)
         h = self.fc(h)                            # (B, hidden)
         return self.head(h), self.leak_head(h).squeeze(-1)  # (B, C), (B,)
+
+
+class SegmentScorer(nn.Module):
+    """(B, 1, n_mels, n_frames) -> (B, C + 1): class probabilities, then the leak probability."""
+
+    def __init__(self, model: nn.Module, leak_index: int, prob_mode: ProbMode) -> None:
+        super().__init__()
+        self.model = model
+        self.leak_index = leak_index
+        self.prob_mode = prob_mode
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        logits, leak_logit = self.model(x.float())                  # (B, C), (B,)
+        leak = segment_leak_prob(logits, leak_logit, self.leak_index, self.prob_mode)  # (B,)
+        return torch.cat([torch.softmax(logits.float(), dim=-1), leak[:, None]], dim=1)
 
 
 def _kaiming_init(module: nn.Module) -> None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -38,3 +40,13 @@ def mlflow_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     return uri
+
+
+@pytest.fixture(autouse=True)
+def _restore_root_logging() -> Iterator[None]:
+    """`leakpipe.cli.main` configures the root logger; undo it so later tests' captures work."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)

@@ -5,6 +5,14 @@ One dict per checkpoint (see ``make_checkpoint``); the model is stored unwrapped
 file in the same folder, fsync, ``os.replace`` (the original saved from a thread pool and lost
 saves: ORIGIN fault 6). Every value is a tensor or a plain type, so ``torch.load`` runs with
 ``weights_only=True``.
+
+A run stopped mid-epoch (SIGINT / SIGTERM) writes ``partial.pt``: the state after its last
+optimizer step plus a ``partial`` entry (the epoch, the batch source's position, the epoch's
+accumulators). It supersedes the epoch checkpoints only while it is newer than all of them.
+
+The train stage marks a folder ``finished`` once its outputs are written; the next run into
+that folder (DVC re-runs train only when params, code or data changed) starts fresh instead of
+resuming a run that already ended. Only an unfinished run (crash, signal) is resumed.
 """
 
 from __future__ import annotations
@@ -30,6 +38,9 @@ CHECKPOINT_VERSION = 1
 EPOCH_NAME = "epoch-{epoch:04d}.pt"
 EPOCH_RE = re.compile(r"^epoch-(\d{4,})\.pt$")
 BEST_NAME = "best.pt"
+PARTIAL_NAME = "partial.pt"
+FINISHED_NAME = "finished"
+RUN_ID_NAME = "run_id"        # the MLflow run of the latest attempt (train stage)
 TMP_PREFIX = "."
 TMP_SUFFIX = ".tmp"
 WRAPPER_PREFIXES = ("_orig_mod.", "module.")  # torch.compile, DistributedDataParallel
@@ -93,7 +104,8 @@ def make_checkpoint(*, model: nn.Module, epoch: int, step: int, **parts: Any) ->
     """The one checkpoint dict: version, unwrapped model, epoch, step, RNG states, ``parts``.
 
     ``parts`` holds optimizer, scheduler, scaler, sampler, early_stopping, best, history,
-    config (dicts of the params sections), class_names and features.
+    config (dicts of the params sections), class_names and features, and from ``fit`` the
+    best epoch's weights and confusion matrices (``best_model``, ``best_confusion``).
     """
     return {"version": CHECKPOINT_VERSION, "model": model_state(model), "epoch": epoch,
             "step": step, "rng": rng_state(), **parts}
@@ -146,11 +158,16 @@ def latest_checkpoint(directory: Path) -> Path | None:
 
 def save_checkpoint(ckpt: Mapping[str, Any], directory: Path, *, keep_last: int,
                     is_best: bool) -> Path:
-    """Write epoch-NNNN.pt (and best.pt when ``is_best``), then drop all but the last k."""
+    """Write best.pt (when ``is_best``), then epoch-NNNN.pt, then drop all but the last k.
+
+    The epoch checkpoint is written last: it is what a resume starts from, and it carries the
+    best epoch's weights itself (``best_model``), so a crash between the two writes cannot pair
+    it with a stale best.pt.
+    """
     path = epoch_path(directory, int(ckpt["epoch"]))
-    save_atomic(ckpt, path)
     if is_best:
         save_atomic(ckpt, directory / BEST_NAME)
+    save_atomic(ckpt, path)
     prune(directory, keep_last)
     log.debug("checkpoint %s%s", path, " (best)" if is_best else "")
     return path
@@ -162,6 +179,41 @@ def prune(directory: Path, keep_last: int) -> list[Path]:
     for path in old:
         path.unlink()
     return old
+
+
+def partial_path(directory: Path) -> Path:
+    return directory / PARTIAL_NAME
+
+
+def save_partial(ckpt: Mapping[str, Any], directory: Path) -> Path:
+    """Write the mid-epoch checkpoint (one per folder, replaced atomically)."""
+    path = partial_path(directory)
+    save_atomic(ckpt, path)
+    log.debug("mid-epoch checkpoint %s", path)
+    return path
+
+
+def drop_partial(directory: Path) -> None:
+    """Forget a mid-epoch checkpoint once a later epoch checkpoint exists."""
+    partial_path(directory).unlink(missing_ok=True)
+
+
+def mark_finished(directory: Path) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / FINISHED_NAME).touch()
+
+
+def clear_if_finished(directory: Path) -> bool:
+    """Delete the checkpoints of a finished run (so a new run starts fresh); True if it did."""
+    marker = directory / FINISHED_NAME
+    if not marker.is_file():
+        return False
+    for _, path in epoch_checkpoints(directory):
+        path.unlink()
+    for name in (BEST_NAME, PARTIAL_NAME, FINISHED_NAME, RUN_ID_NAME):
+        (directory / name).unlink(missing_ok=True)
+    log.info("%s held a finished run: starting fresh", directory)
+    return True
 
 
 def load_checkpoint(path: Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:

@@ -1,10 +1,16 @@
 """``fit()``: the one training orchestrator (the train stage and every tuning trial call it).
 
 Seeded and deterministic on CPU; auto-resumes from the newest checkpoint in ``checkpoint_dir``
-and then ends exactly where an uninterrupted run would; continual learning from
-``train.init_checkpoint``; optional ``torch.compile`` that raises instead of falling back
-(ORIGIN fault 7); early stopping on the validation file F1 (val loss when the split holds no
-leak); the best epoch's weights are kept and returned.
+(``leakpipe.train.resume``; mid-epoch too) and then ends exactly where an uninterrupted run
+would; continual learning from ``train.init_checkpoint``; optional ``torch.compile`` that raises
+instead of falling back (ORIGIN fault 7); early stopping on the validation file F1 (val loss
+when the split holds no leak); the best epoch's weights are kept and returned.
+
+``FitOptions`` carries what the train stage adds around the tuning path: a stop flag polled
+between optimizer steps (SIGINT / SIGTERM: checkpoint mid-epoch, raise ``StopRequested``), a
+diagnostics probe around each epoch's batches (``leakpipe.monitor``), DDP
+(``leakpipe.train.distributed``: rank 0 validates, logs and saves), a progress bar and the data
+identity that a resumed run must match.
 """
 
 from __future__ import annotations
@@ -16,11 +22,12 @@ import random
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, NoReturn, Protocol
 
 import numpy as np
 import torch
 from torch import nn
+from tqdm import tqdm
 
 from leakpipe.config import ModelConfig, TrainConfig
 from leakpipe.errors import LeakpipeError
@@ -28,28 +35,32 @@ from leakpipe.evaluate.voting import VotingConfig, threshold_grid
 from leakpipe.model import create_model
 from leakpipe.tracking import Tracker
 from leakpipe.train import checkpoint as ckpt_io
+from leakpipe.train.distributed import Distributed
 from leakpipe.train.early_stopping import BestTracker, EarlyStopping, Mode
+from leakpipe.train.interrupt import StopRequested
 from leakpipe.train.loop import (
     Batch,
+    EpochProgress,
     EvalResult,
     EvalSettings,
-    Precision,
+    TrainEpochResult,
     ValData,
     evaluate_split,
     resolve_precision,
     train_one_epoch,
 )
-from leakpipe.train.losses import LossConfig, LossFn, build_loss
-from leakpipe.train.optim import Optimization, create_optimization, steps_per_epoch
+from leakpipe.train.losses import LossConfig, build_loss
+from leakpipe.train.optim import create_optimization, steps_per_epoch
+from leakpipe.train.resume import RESUME_FREE_KEYS, restore
+from leakpipe.train.state import RunState, TorchSetup
 
 log = logging.getLogger(__name__)
 
 MONITOR_MODES: dict[str, Mode] = {"val/file_f1": "max", "val/loss": "min"}
 FALLBACK_MONITOR = "val/loss"
-# Params that may change between an interrupted run and its resumption.
-RESUME_FREE_KEYS = {"train": ("log_every_steps", "keep_last_checkpoints", "compile",
-                              "compile_mode", "init_checkpoint", "reset_optimizer")}
+FILE_LABELS = ("not LEAK", "LEAK")   # rows / columns of the file-level confusion matrix
 EpochCallback = Callable[[int, dict[str, float]], None]
+__all__ = ["RESUME_FREE_KEYS", "CompileError", "FitOptions", "FitResult", "TorchSetup", "fit"]
 
 
 class CompileError(LeakpipeError):
@@ -57,20 +68,43 @@ class CompileError(LeakpipeError):
 
 
 class TrainSource(Protocol):
-    """Training batches: ``len()`` micro-batches per epoch, the same batches for the same epoch."""
+    """Training batches: ``len()`` micro-batches per epoch, the same batches for the same epoch.
+
+    Sources with ``state_dict()`` / ``load_state_dict()`` (``ResidentSource``, ``StreamSource``)
+    can also be stopped and resumed in the middle of an epoch.
+    """
 
     def __len__(self) -> int: ...
 
     def epoch(self, epoch: int) -> Iterable[Batch]: ...
 
 
-@dataclass(frozen=True)
-class TorchSetup:
-    """What ``configure_torch`` decided for this run."""
+class EpochProbe(Protocol):
+    """Diagnostics around an epoch (``leakpipe.monitor.TrainMonitor``), never inside the loop."""
 
-    device: torch.device
-    precision: Precision
-    channels_last: bool
+    def batches(self, epoch: int, batches: Iterable[Batch]) -> Iterable[Batch]: ...
+
+    def epoch_metrics(self, epoch: int, source: object) -> dict[str, float]: ...
+
+
+@dataclass(frozen=True)
+class FitOptions:
+    """Optional parts of a fit; the defaults are the plain single-process tuning path."""
+
+    should_stop: Callable[[], bool] | None = None   # polled after every optimizer step
+    probe: EpochProbe | None = None
+    dist: Distributed = field(default_factory=Distributed.single)
+    progress: bool = False                           # a tqdm bar per epoch (rank 0)
+    data_id: Mapping[str, str] | None = None         # resume refuses other data
+
+
+@dataclass(frozen=True)
+class EpochSummary:
+    """What rank 0's validation tells every rank about an epoch."""
+
+    metrics: dict[str, float]
+    diagnosis: str                   # "" when healthy
+    confusion: dict[str, Any]        # see ``_confusion``
 
 
 @dataclass(frozen=True)
@@ -86,28 +120,7 @@ class FitResult:
     diagnoses: list[str]             # the collapse diagnosis per epoch ("" when healthy)
     best_checkpoint: Path | None
     resumed_from: Path | None
-
-
-@dataclass
-class _Run:
-    """Everything ``fit`` builds once and then mutates epoch by epoch."""
-
-    cfg: TrainConfig
-    setup: TorchSetup
-    settings: EvalSettings
-    model: nn.Module
-    optim: Optimization
-    loss_fn: LossFn
-    stopper: EarlyStopping
-    best: BestTracker
-    config: dict[str, dict[str, Any]]
-    class_names: tuple[str, ...]
-    features: dict[str, Any]
-    history: list[dict[str, float]] = field(default_factory=list)
-    diagnoses: list[str] = field(default_factory=list)
-    best_state: dict[str, torch.Tensor] | None = None
-    next_epoch: int = 0
-    stop_reason: str = ""
+    best_confusion: dict[str, Any] | None = None   # val confusion matrices of the best epoch
 
 
 def resolve_device(name: str) -> torch.device:
@@ -152,26 +165,34 @@ def compile_model(model: nn.Module, cfg: TrainConfig) -> nn.Module:
 def fit(model_cfg: ModelConfig, train_cfg: TrainConfig, *, train_source: TrainSource,
         val_data: ValData, class_counts: Sequence[int], tracker: Tracker,
         checkpoint_dir: Path, features: Mapping[str, Any] | None = None,
-        on_epoch: EpochCallback | None = None) -> FitResult:
+        on_epoch: EpochCallback | None = None, options: FitOptions | None = None) -> FitResult:
     """Train, validate on the whole val split every epoch, checkpoint, stop early.
 
     ``class_counts`` are the training files per task class (before oversampling);
     ``on_epoch(epoch, metrics)`` runs after each epoch's checkpoint (tuning prunes there).
+    Raises ``StopRequested`` after checkpointing when ``options.should_stop`` says so.
     """
-    setup = configure_torch(train_cfg, resolve_device(train_cfg.device))
+    opts = options or FitOptions()
+    setup = configure_torch(train_cfg, opts.dist.device(resolve_device(train_cfg.device)))
     run = _build(model_cfg, train_cfg, setup, len(train_source), val_data, class_counts,
-                 features)
+                 features, opts.data_id)
     directory = Path(checkpoint_dir)
-    resumed = _restore(run, directory)
+    resumed = restore(run, directory)
     runner = compile_model(run.model, train_cfg)
+    trainer = opts.dist.wrap(runner)   # DDP for the training steps; rank 0 validates `runner`
     start = run.next_epoch
     end = start if run.stop_reason else train_cfg.epochs  # a stopped run stays stopped
     for epoch in range(start, end):
-        metrics, val = _epoch(run, runner, train_source, val_data, epoch)
-        tracker.log_metrics(metrics, step=epoch)
-        _decide_and_save(run, metrics, val, epoch, directory)
+        _stop_if_requested(opts, directory, f"before epoch {epoch + 1}")
+        train = _train(run, trainer, train_source, epoch, opts)
+        if train.stopped is not None:
+            _stop_mid_epoch(run, train_source, train.stopped, epoch, directory, opts)
+        summary = _validate(run, runner, train, train_source, val_data, epoch, opts)
+        if opts.dist.is_main:
+            tracker.log_metrics(summary.metrics, step=epoch)
+        _decide_and_save(run, summary, epoch, directory, save=opts.dist.is_main)
         if on_epoch is not None:
-            on_epoch(epoch, dict(metrics))
+            on_epoch(epoch, dict(summary.metrics))
         if run.stop_reason:
             break
     return _result(run, directory, resumed, epochs_run=run.next_epoch - start)
@@ -179,7 +200,8 @@ def fit(model_cfg: ModelConfig, train_cfg: TrainConfig, *, train_source: TrainSo
 
 def _build(model_cfg: ModelConfig, train_cfg: TrainConfig, setup: TorchSetup, n_batches: int,
            val_data: ValData, class_counts: Sequence[int],
-           features: Mapping[str, Any] | None) -> _Run:
+           features: Mapping[str, Any] | None,
+           data_id: Mapping[str, str] | None) -> RunState:
     names = tuple(val_data.class_names)
     if len(class_counts) != len(names):
         raise ValueError(f"class_counts has {len(class_counts)} entries for classes {names}")
@@ -192,13 +214,15 @@ def _build(model_cfg: ModelConfig, train_cfg: TrainConfig, setup: TorchSetup, n_
     optim = create_optimization(model, train_cfg, setup.device,
                                 steps_per_epoch(n_batches, train_cfg.grad_accum_steps),
                                 scaler_enabled=setup.precision.scaler)
-    return _Run(cfg=train_cfg, setup=setup, settings=_eval_settings(train_cfg),
-                model=model, optim=optim, loss_fn=loss_fn,
-                stopper=EarlyStopping(monitor, mode, train_cfg.early_stop_patience,
-                                      train_cfg.early_stop_min_delta),
-                best=BestTracker(mode), class_names=names, features=dict(features or {}),
-                config={"model": dataclasses.asdict(model_cfg),
-                        "train": dataclasses.asdict(train_cfg)})
+    config = {"model": dataclasses.asdict(model_cfg), "train": dataclasses.asdict(train_cfg)}
+    if data_id:
+        config["data"] = dict(data_id)
+    return RunState(cfg=train_cfg, setup=setup, settings=_eval_settings(train_cfg),
+                    model=model, optim=optim, loss_fn=loss_fn,
+                    stopper=EarlyStopping(monitor, mode, train_cfg.early_stop_patience,
+                                          train_cfg.early_stop_min_delta),
+                    best=BestTracker(mode), class_names=names, features=dict(features or {}),
+                    config=config)
 
 
 def _monitor(cfg: TrainConfig, val_data: ValData) -> tuple[str, Mode]:
@@ -218,45 +242,134 @@ def _eval_settings(cfg: TrainConfig) -> EvalSettings:
         segment_threshold=cfg.segment_threshold, batch_size=cfg.batch_size)
 
 
-def _epoch(run: _Run, runner: nn.Module, source: TrainSource, val_data: ValData,
-           epoch: int) -> tuple[dict[str, float], EvalResult]:
+# ---------------------------------------------------------------------------------------------
+# One epoch: train (all ranks), validate (rank 0), decide and checkpoint
+# ---------------------------------------------------------------------------------------------
+
+
+def _train(run: RunState, trainer: nn.Module, source: TrainSource, epoch: int,
+           opts: FitOptions) -> TrainEpochResult:
+    resume = _resume_point(run, source, epoch, opts.dist)
+    batches: Iterable[Batch] = source.epoch(epoch)
+    if opts.probe is not None:
+        batches = opts.probe.batches(epoch, batches)
     setup = run.setup
-    train = train_one_epoch(runner, source.epoch(epoch), run.loss_fn, run.optim,
-                            setup.precision, device=setup.device,
-                            channels_last=setup.channels_last,
-                            log_every=run.cfg.log_every_steps, epoch=epoch)
-    val = evaluate_split(runner, val_data, run.loss_fn, setup.precision, run.settings,
-                         device=setup.device, channels_last=setup.channels_last)
-    metrics = {"epoch": float(epoch), **train.metrics(), **val.metrics("val")}
+    with tqdm(batches, total=len(source), initial=resume.micro if resume else 0,
+              desc=f"epoch {epoch + 1}/{run.cfg.epochs}", unit="batch", leave=False,
+              disable=not (opts.progress and opts.dist.is_main)) as bar:
+        return train_one_epoch(trainer, bar, run.loss_fn, run.optim, setup.precision,
+                               device=setup.device, channels_last=setup.channels_last,
+                               log_every=run.cfg.log_every_steps, epoch=epoch,
+                               should_stop=_stop_poll(opts), resume=resume)
+
+
+def _resume_point(run: RunState, source: TrainSource, epoch: int,
+                  dist: Distributed) -> EpochProgress | None:
+    """Position the source and the accumulators where a mid-epoch checkpoint left off."""
+    pending, run.pending = run.pending, None
+    if pending is None or int(pending["epoch"]) != epoch:
+        return None
+    source.load_state_dict(pending["source"])   # type: ignore[attr-defined]
+    progress = pending["progress"]
+    if len(progress) != dist.world_size:
+        log.warning("mid-epoch checkpoint of %d processes, this run has %d: epoch %d's "
+                    "training metrics cover only the steps after the resume", len(progress),
+                    dist.world_size, epoch + 1)
+        return None
+    return EpochProgress(**progress[dist.rank])
+
+
+def _stop_poll(opts: FitOptions) -> Callable[[], bool] | None:
+    if opts.should_stop is None:
+        return None
+    should_stop, dist = opts.should_stop, opts.dist
+    return lambda: dist.any(should_stop())    # every rank stops at the same step
+
+
+def _stop_if_requested(opts: FitOptions, directory: Path, where: str) -> None:
+    stop = _stop_poll(opts)
+    if stop is not None and stop():
+        latest = ckpt_io.latest_checkpoint(directory)
+        log.info("stop requested %s; last checkpoint %s", where, latest)
+        raise StopRequested(f"stopped {where}", latest)
+
+
+def _stop_mid_epoch(run: RunState, source: TrainSource, progress: EpochProgress, epoch: int,
+                    directory: Path, opts: FitOptions) -> NoReturn:
+    """Checkpoint the state after the last step (with the source position), then stop."""
+    every_rank = opts.dist.gather(dataclasses.asdict(progress))
+    path = None
+    state_dict = getattr(source, "state_dict", None)
+    if opts.dist.is_main and state_dict is not None:
+        last = run.history[-1] if run.history else {}
+        ckpt = _checkpoint_dict(run, epoch - 1, last, confusion=None)
+        ckpt["partial"] = {"epoch": epoch, "source": state_dict(), "progress": every_rank}
+        path = ckpt_io.save_partial(ckpt, directory)
+    elif state_dict is None:
+        log.info("this batch source cannot resume mid-epoch: epoch %d restarts", epoch + 1)
+    opts.dist.barrier()   # rank 0's checkpoint is on disk before any rank exits
+    log.info("stop requested: stopped in epoch %d after %d of %d optimizer steps; "
+             "checkpoint %s", epoch + 1, progress.steps,
+             steps_per_epoch(len(source), run.optim.accum_steps), path)
+    raise StopRequested(f"stopped in epoch {epoch + 1} after {progress.steps} steps", path)
+
+
+def _validate(run: RunState, runner: nn.Module, train: TrainEpochResult, source: TrainSource,
+              val_data: ValData, epoch: int, opts: FitOptions) -> EpochSummary:
+    """Rank 0 validates the whole split; every rank gets its metrics, diagnosis, confusion."""
+    train = opts.dist.reduce_train(train)
+    summary = None
+    if opts.dist.is_main:
+        probe = opts.probe.epoch_metrics(epoch, source) if opts.probe is not None else {}
+        setup = run.setup
+        val = evaluate_split(runner, val_data, run.loss_fn, setup.precision, run.settings,
+                             device=setup.device, channels_last=setup.channels_last)
+        metrics = {"epoch": float(epoch), **train.metrics(), **probe, **val.metrics("val")}
+        _log_epoch(run, epoch, train, val)
+        summary = EpochSummary(metrics, val.diagnosis or "", _confusion(val))
+    return opts.dist.broadcast(summary)
+
+
+def _log_epoch(run: RunState, epoch: int, train: TrainEpochResult, val: EvalResult) -> None:
     log.info("epoch %d/%d: train loss %.4f acc %.3f | val loss %.4f file F1 %.3f @ %.2f | "
              "%.0f segments/s | lr %.3g", epoch + 1, run.cfg.epochs, train.loss,
              train.accuracy, val.loss, val.file["f1"], val.threshold, train.segments_per_s,
              train.lr)
     if val.diagnosis:
         log.warning("epoch %d: %s", epoch + 1, val.diagnosis)
-    return metrics, val
 
 
-def _decide_and_save(run: _Run, metrics: dict[str, float], val: EvalResult, epoch: int,
-                     directory: Path) -> None:
+def _confusion(val: EvalResult) -> dict[str, Any]:
+    """Plain-list confusion matrices of one validation (segments by class, files by leak)."""
+    return {"class_names": list(val.class_names), "segment": val.confusion.tolist(),
+            "file_labels": list(FILE_LABELS), "file": val.file_confusion.tolist(),
+            "threshold": val.threshold}
+
+
+def _decide_and_save(run: RunState, summary: EpochSummary, epoch: int, directory: Path,
+                     save: bool) -> None:
+    metrics = summary.metrics
     value = metrics[run.stopper.monitor]
     stop, reason = run.stopper.step(value)
     improved = run.best.update(value, epoch)
     if improved:
         run.best_state = {k: v.detach().clone().cpu()
                           for k, v in ckpt_io.model_state(run.model).items()}
+        run.best_confusion = summary.confusion
     run.history.append(metrics)
-    run.diagnoses.append(val.diagnosis or "")
+    run.diagnoses.append(summary.diagnosis)
     run.next_epoch, run.stop_reason = epoch + 1, reason if stop else ""
     if stop:
         log.info("early stopping after epoch %d: %s", epoch + 1, reason)
-    ckpt = _checkpoint_dict(run, epoch, metrics, val)
-    ckpt_io.save_checkpoint(ckpt, directory, keep_last=run.cfg.keep_last_checkpoints,
-                            is_best=improved)
+    if save:
+        ckpt = _checkpoint_dict(run, epoch, metrics, summary.confusion)
+        ckpt_io.save_checkpoint(ckpt, directory, keep_last=run.cfg.keep_last_checkpoints,
+                                is_best=improved)
+        ckpt_io.drop_partial(directory)
 
 
-def _checkpoint_dict(run: _Run, epoch: int, metrics: dict[str, float],
-                     val: EvalResult) -> dict[str, Any]:
+def _checkpoint_dict(run: RunState, epoch: int, metrics: dict[str, float],
+                     confusion: dict[str, Any] | None) -> dict[str, Any]:
     return ckpt_io.make_checkpoint(
         model=run.model, epoch=epoch, step=run.optim.scheduler.last_epoch,
         optimizer=run.optim.optimizer.state_dict(), scheduler=run.optim.scheduler.state_dict(),
@@ -264,80 +377,13 @@ def _checkpoint_dict(run: _Run, epoch: int, metrics: dict[str, float],
         sampler={"seed": run.config["train"]["seed"], "next_epoch": epoch + 1},
         early_stopping=run.stopper.state_dict(), best=run.best.state_dict(),
         history=run.history, diagnoses=run.diagnoses, stop_reason=run.stop_reason,
-        metrics=metrics, threshold=val.threshold, config=run.config,
-        class_names=list(run.class_names), features=run.features)
+        metrics=metrics, threshold=float(metrics.get("val/file_threshold", float("nan"))),
+        confusion=confusion, best_model=run.best_state, best_confusion=run.best_confusion,
+        config=run.config, class_names=list(run.class_names), features=run.features)
 
 
-# ---------------------------------------------------------------------------------------------
-# Resume and continual learning
-# ---------------------------------------------------------------------------------------------
-
-
-def _restore(run: _Run, directory: Path) -> Path | None:
-    """Resume from the newest checkpoint in ``directory``, else start from init_checkpoint."""
-    latest = ckpt_io.latest_checkpoint(directory)
-    if latest is not None:
-        _resume(run, latest)
-        return latest
-    if run.cfg.init_checkpoint:
-        _init_from(run, Path(run.cfg.init_checkpoint), run.cfg.reset_optimizer)
-    return None
-
-
-def _resume(run: _Run, path: Path) -> None:
-    # CPU first: RNG states must stay CPU tensors; weights and moments follow the parameters.
-    ckpt = ckpt_io.load_checkpoint(path, map_location="cpu")
-    _check_same_run(ckpt, run, path)
-    ckpt_io.load_model_state(run.model, ckpt, path)
-    run.optim.optimizer.load_state_dict(ckpt["optimizer"])
-    run.optim.scheduler.load_state_dict(ckpt["scheduler"])
-    run.optim.scaler.load_state_dict(ckpt["scaler"])
-    run.stopper.load_state_dict(ckpt["early_stopping"])
-    run.best.load_state_dict(ckpt["best"])
-    run.history, run.diagnoses = list(ckpt["history"]), list(ckpt["diagnoses"])
-    run.next_epoch, run.stop_reason = int(ckpt["epoch"]) + 1, str(ckpt["stop_reason"])
-    best_path = path.parent / ckpt_io.BEST_NAME
-    if best_path.is_file():
-        run.best_state = ckpt_io.load_checkpoint(best_path)["model"]
-    ckpt_io.set_rng_state(ckpt["rng"])
-    log.info("resumed from %s (epoch %d done)", path, run.next_epoch)
-
-
-def _check_same_run(ckpt: Mapping[str, Any], run: _Run, path: Path) -> None:
-    """A resumed run must have the params and classes of the run that wrote the checkpoint."""
-    advice = f"delete {path.parent} to start over, or restore the params"
-    if tuple(ckpt.get("class_names", ())) != run.class_names:
-        raise ckpt_io.CheckpointError(f"{path}: classes {ckpt.get('class_names')} differ from "
-                                      f"this run's {list(run.class_names)}; {advice}")
-    saved = ckpt.get("config", {})
-    for section, values in run.config.items():
-        free = RESUME_FREE_KEYS.get(section, ())
-        for key, value in values.items():
-            old = saved.get(section, {}).get(key)
-            if key not in free and old != value:
-                raise ckpt_io.CheckpointError(f"{path}: written with {section}.{key} = {old!r}, "
-                                              f"params now say {value!r}; {advice}")
-
-
-def _init_from(run: _Run, path: Path, reset_optimizer: bool) -> None:
-    """Continual learning: start from another run's weights (and optimizer moments)."""
-    ckpt = ckpt_io.load_checkpoint(path, map_location="cpu")
-    if tuple(ckpt.get("class_names", ())) != run.class_names:
-        raise ckpt_io.CheckpointError(f"train.init_checkpoint: {path} was trained on classes "
-                                      f"{ckpt.get('class_names')}, this run has "
-                                      f"{list(run.class_names)}")
-    ckpt_io.load_model_state(run.model, ckpt, path)
-    if not reset_optimizer:
-        # Moments only: this run's own hyper-parameters and schedule stay in charge.
-        current = run.optim.optimizer.state_dict()
-        run.optim.optimizer.load_state_dict({"state": ckpt["optimizer"]["state"],
-                                             "param_groups": current["param_groups"]})
-        run.optim.scaler.load_state_dict(ckpt["scaler"])
-    log.info("initialised from %s (optimizer %s)", path,
-             "reset" if reset_optimizer else "moments kept")
-
-
-def _result(run: _Run, directory: Path, resumed: Path | None, epochs_run: int) -> FitResult:
+def _result(run: RunState, directory: Path, resumed: Path | None,
+            epochs_run: int) -> FitResult:
     if run.best_state is not None:
         run.model.load_state_dict(run.best_state)
     run.model.eval()
@@ -349,4 +395,5 @@ def _result(run: _Run, directory: Path, resumed: Path | None, epochs_run: int) -
         threshold=float(best_metrics.get("val/file_threshold", float("nan"))),
         monitor=run.stopper.monitor, stop_reason=run.stop_reason or "completed all epochs",
         epochs_run=epochs_run, history=list(run.history), diagnoses=list(run.diagnoses),
-        best_checkpoint=best_path if best_path.is_file() else None, resumed_from=resumed)
+        best_checkpoint=best_path if best_path.is_file() else None, resumed_from=resumed,
+        best_confusion=copy.deepcopy(run.best_confusion))

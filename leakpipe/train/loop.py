@@ -5,13 +5,19 @@ precision is one ``torch.autocast`` plus a ``GradScaler(enabled=...)``: no ``if 
 Metrics accumulate on the device; each function syncs with the host once at its end (and at
 every ``log_every`` optimizer steps when asked). Validation covers EVERY segment of the split
 (the original validated on 40 unshuffled batches: ORIGIN fault 3).
+
+A training epoch can stop between optimizer steps (``should_stop``, polled after each step: a
+signal handler's flag) and hand back its ``EpochProgress``; passing that progress back as
+``resume`` continues the epoch with the same accumulators, so the finished epoch's metrics equal
+an uninterrupted one's.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -66,6 +72,14 @@ class _Sums:
         self.device = device
         self.values: dict[str, Tensor] = {}
 
+    @classmethod
+    def restored(cls, device: torch.device, values: dict[str, float]) -> _Sums:
+        """Accumulators continuing from host values (float64 round-trips exactly)."""
+        sums = cls(device)
+        sums.values = {k: torch.tensor(v, dtype=torch.float64, device=device)
+                       for k, v in values.items()}
+        return sums
+
     def add(self, **values: Tensor) -> None:
         for name, value in values.items():
             value = value.detach().double()
@@ -103,6 +117,18 @@ def _sync(sums: _Sums, watch: NonFiniteWatch, where: str,
 
 
 @dataclass(frozen=True)
+class EpochProgress:
+    """A training epoch stopped between optimizer steps: what continuing it needs."""
+
+    sums: dict[str, float]   # the device accumulators, read back
+    micro: int               # micro-batches consumed
+    steps: int               # optimizer steps taken
+    n_segments: int
+    seconds: float
+    lr: float
+
+
+@dataclass(frozen=True)
 class TrainEpochResult:
     loss: float
     loss_class: float
@@ -115,6 +141,7 @@ class TrainEpochResult:
     optimizer_steps: int
     n_segments: int
     seconds: float
+    stopped: EpochProgress | None = None   # set when ``should_stop`` ended the epoch early
 
     @property
     def segments_per_s(self) -> float:
@@ -142,11 +169,17 @@ class _EpochState:
 
 def train_one_epoch(model: nn.Module, batches: Iterable[Batch], loss_fn: LossFn,
                     optim: Optimization, precision: Precision, *, device: torch.device,
-                    channels_last: bool = False, log_every: int = 0,
-                    epoch: int = 0) -> TrainEpochResult:
-    """One pass over ``batches`` with gradient accumulation; raises on a non-finite loss."""
+                    channels_last: bool = False, log_every: int = 0, epoch: int = 0,
+                    should_stop: Callable[[], bool] | None = None,
+                    resume: EpochProgress | None = None) -> TrainEpochResult:
+    """One pass over ``batches`` with gradient accumulation; raises on a non-finite loss.
+
+    ``should_stop()`` is polled after every optimizer step; when it says yes the epoch ends
+    there and the result's ``stopped`` holds the progress that ``resume`` continues from.
+    """
     model.train()
-    sums, watch, state = _Sums(device), NonFiniteWatch(device), _EpochState()
+    sums, state = _start_state(device, resume)
+    watch = NonFiniteWatch(device)
     for x, y, _ in batches:
         x, y = to_device(x, device, channels_last), y.to(device, non_blocking=True)
         with precision.autocast():
@@ -160,10 +193,29 @@ def train_one_epoch(model: nn.Module, batches: Iterable[Batch], loss_fn: LossFn,
                  loss_aux=parts.aux * len(y), correct=(logits.argmax(-1) == y).sum())
         if state.micro % optim.accum_steps == 0:
             _optimizer_step(model, optim, sums, watch, state, log_every, epoch)
+            if should_stop is not None and should_stop():
+                return _stopped(sums, watch, state, epoch)
     if state.micro % optim.accum_steps:
         _optimizer_step(model, optim, sums, watch, state, log_every, epoch)  # the remainder
     totals, _ = _sync(sums, watch, f"in training epoch {epoch}")
     return _train_result(totals, state)
+
+
+def _start_state(device: torch.device, resume: EpochProgress | None) -> tuple[_Sums, _EpochState]:
+    if resume is None:
+        return _Sums(device), _EpochState()
+    state = _EpochState(micro=resume.micro, steps=resume.steps, n_segments=resume.n_segments,
+                        lr=resume.lr, start=time.perf_counter() - resume.seconds)
+    return _Sums.restored(device, resume.sums), state
+
+
+def _stopped(sums: _Sums, watch: NonFiniteWatch, state: _EpochState,
+             epoch: int) -> TrainEpochResult:
+    totals, _ = _sync(sums, watch, f"in training epoch {epoch}")
+    progress = EpochProgress(sums=totals, micro=state.micro, steps=state.steps,
+                             n_segments=state.n_segments,
+                             seconds=time.perf_counter() - state.start, lr=state.lr)
+    return dataclasses.replace(_train_result(totals, state), stopped=progress)
 
 
 def _optimizer_step(model: nn.Module, optim: Optimization, sums: _Sums, watch: NonFiniteWatch,
@@ -251,6 +303,8 @@ class EvalResult:
     diagnosis: str | None
     seconds: float
     seg_probs: np.ndarray            # (F, L, S) leak probability per segment
+    confusion: np.ndarray            # (C, C) segments: true class (rows) x predicted (columns)
+    file_confusion: np.ndarray       # (2, 2) files at ``threshold``: [[tn, fp], [fn, tp]]
 
     def metrics(self, prefix: str = "val") -> dict[str, float]:
         total = max(1, sum(self.pred_counts))
@@ -329,4 +383,6 @@ def _eval_result(seg_probs: np.ndarray, sums: dict[str, float], confusion: np.nd
         pred_counts=tuple(int(c) for c in pred_counts),
         true_counts=tuple(int(c) for c in true_counts),
         diagnosis="; ".join(note for note in notes if note) or None, seconds=seconds,
-        seg_probs=seg_probs)
+        seg_probs=seg_probs, confusion=confusion,
+        file_confusion=np.array([[files.tn[best], files.fp[best]],
+                                 [files.fn[best], files.tp[best]]], dtype=np.int64))

@@ -1,0 +1,264 @@
+"""The `synth` stage's engine: physically motivated synthetic leak / non-leak recordings.
+
+Each recording is a mixture at one site (see ``leakpipe.audio.sources``): ambient noise, the
+class's own character (a ``Recipe``) and transient interference on every class, heard through
+the site's sensor and written at the site's logger gain, turned down only where a peak would
+clip. Every recording draws from its own ``np.random.Generator`` seeded by (seed, site, class,
+index), so the output does not depend on the order of rendering. See docs/synth.md.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import logging
+import shutil
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import soundfile as sf
+from tqdm import tqdm
+
+from leakpipe.audio import sources as src
+from leakpipe.audio.sources import Site
+from leakpipe.config import SynthConfig
+from leakpipe.constants import KNOWN_CLASSES, LEAK_CLASS, MANIFEST_NAME
+
+log = logging.getLogger(__name__)
+
+MANIFEST_FIELDS = ("path", "class", "group", "material", "sample_rate", "duration_s", "seed")
+
+# Leak SNR in the octave around the site's leak band (leak power re ambient power there), dB:
+# at difficulty 0, its decrease per unit of difficulty, and the per-recording spread (uniform
+# +-) that keeps some leaks faint. A noisier site (Site.background_db > 0) lowers it further.
+LEAK_SNR_DB_EASY = 30.0
+LEAK_SNR_DB_PER_DIFFICULTY = 10.0
+LEAK_SNR_DB_SPREAD = 5.0
+AMBIENT_DBFS = -40.0  # level of the ambient background in the written file at nominal gain
+HEADROOM_DB = 1.0     # no sample exceeds this many dB below full scale
+
+Signature = Callable[[np.random.Generator, int, int, Site, float], np.ndarray]
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """The character of one class: which sources it carries and at what level (dB re ambient).
+
+    A source with probability p is present in a fraction p of the recordings; its level is drawn
+    uniformly from its (low, high) dB range. ``signature`` adds the class's own sound, if any.
+    """
+
+    flow: tuple[float, float, float]    # (probability, low dB, high dB) of normal flow noise
+    pump: tuple[float, float, float]    # pump and motor tones
+    hum: tuple[float, float, float]     # mains hum (electrical, after the sensor)
+    transient_factor: float             # multiplies cfg.transient_rate_hz
+    signature: Signature | None = None
+
+
+def _leak(rng: np.random.Generator, n: int, sr: int, site: Site, difficulty: float) -> np.ndarray:
+    """Leak hiss at an in-band SNR that falls with difficulty and with the site's noise level."""
+    snr_db = (LEAK_SNR_DB_EASY - LEAK_SNR_DB_PER_DIFFICULTY * difficulty - site.background_db
+              + rng.uniform(-LEAK_SNR_DB_SPREAD, LEAK_SNR_DB_SPREAD))
+    return src.leak_noise(rng, n, sr, site) * src.in_band_gain(n, sr, site, snr_db)
+
+
+def _crack(rng: np.random.Generator, n: int, sr: int, site: Site, difficulty: float) -> np.ndarray:
+    return src.crack_ticks(rng, n, sr, site)
+
+
+# (probability, low dB, high dB) of the extra interference in UNCLASSIFIED recordings.
+PASS_BY_MIX = (0.6, -3.0, 9.0)
+RUN_UP_MIX = (0.4, -6.0, 6.0)
+
+
+def _unclassified(rng: np.random.Generator, n: int, sr: int, site: Site,
+                  difficulty: float) -> np.ndarray:
+    """A mixture of interference: vehicles passing and machines running up or down."""
+    out = np.zeros(n)
+    for source, mix in ((src.pass_by, PASS_BY_MIX), (src.run_up, RUN_UP_MIX)):
+        out += _maybe(rng, mix, lambda r, s=source: s(r, n, sr, site))
+    return out
+
+
+RECIPES: dict[str, Recipe] = {
+    "BACKGROUND": Recipe(flow=(0.3, -12.0, -3.0), pump=(0.1, -15.0, -5.0),
+                         hum=(1.0, -6.0, 6.0), transient_factor=1.0),
+    "CRACK": Recipe(flow=(0.3, -12.0, -3.0), pump=(0.2, -15.0, -5.0),
+                    hum=(0.5, -20.0, -6.0), transient_factor=1.0, signature=_crack),
+    "LEAK": Recipe(flow=(0.5, -9.0, 3.0), pump=(0.3, -12.0, 0.0),
+                   hum=(0.5, -20.0, -6.0), transient_factor=1.0, signature=_leak),
+    "NORMAL": Recipe(flow=(1.0, 0.0, 10.0), pump=(0.7, -6.0, 6.0),
+                     hum=(0.5, -20.0, -6.0), transient_factor=1.0),
+    "UNCLASSIFIED": Recipe(flow=(0.5, -9.0, 3.0), pump=(0.5, -9.0, 3.0),
+                           hum=(0.5, -20.0, 0.0), transient_factor=3.0,
+                           signature=_unclassified),
+}
+
+
+def _maybe(rng: np.random.Generator, mix: tuple[float, float, float],
+           make: Callable[[np.random.Generator], np.ndarray]) -> np.ndarray | float:
+    """``make(child_rng)`` at a level in [low, high] dB with probability p, else 0.
+
+    The coin, the level and the child generator are always drawn, so the draws that follow do
+    not depend on whether the source was present.
+    """
+    p, low, high = mix
+    present, level_db = rng.random() < p, rng.uniform(low, high)
+    child = rng.spawn(1)[0]
+    return make(child) * 10.0 ** (level_db / 20.0) if present else 0.0
+
+
+# --- one recording ---------------------------------------------------------------------------
+
+
+def n_samples(cfg: SynthConfig) -> int:
+    return int(round(cfg.duration_s * cfg.sample_rate))
+
+
+def recording_rng(seed: int, site: int, cls: str, index: int) -> np.random.Generator:
+    """The independent generator of one recording (class coded by its place in KNOWN_CLASSES)."""
+    entropy = [seed, src.RECORDING_STREAM, site, KNOWN_CLASSES.index(cls), index]
+    return np.random.default_rng(np.random.SeedSequence(entropy))
+
+
+def to_full_scale(x: np.ndarray, site: Site) -> np.ndarray:
+    """The logger: a fixed gain per site, switched down for the whole file if it would clip.
+
+    Levels stay physical (a leak is louder than the quiet it hides in) and a loud transient
+    does not rescale a recording unless its peak would come within HEADROOM_DB of full scale.
+    """
+    gain = 10.0 ** ((AMBIENT_DBFS + site.sensitivity_db) / 20.0)
+    peak = float(np.max(np.abs(x))) * gain
+    limit = 10.0 ** (-HEADROOM_DB / 20.0)
+    return x * (gain * min(1.0, limit / peak) if peak > 0 else gain)
+
+
+def render_recording(cfg: SynthConfig, site: Site, cls: str, index: int) -> np.ndarray:
+    """Samples (float32, peak below full scale) of recording ``index`` of ``cls`` at ``site``."""
+    rng = recording_rng(cfg.seed, site.index, cls, index)
+    recipe = RECIPES[cls]
+    n, sr = n_samples(cfg), cfg.sample_rate
+    mech = src.ambient_noise(rng, n, sr, site)
+    mech = mech + _maybe(rng, recipe.flow, lambda r: src.flow_noise(r, n, sr, site))
+    mech = mech + _maybe(rng, recipe.pump, lambda r: src.pump_tones(r, n, sr, site))
+    if recipe.signature is not None:
+        mech = mech + recipe.signature(rng, n, sr, site, cfg.difficulty)
+    rate = cfg.transient_rate_hz * recipe.transient_factor
+    mech = mech + src.transients(rng, n, sr, site, rate)
+    heard = src.apply_sensor(mech, sr, site)
+    heard = heard + _maybe(rng, recipe.hum, lambda r: src.mains_hum(r, n, sr, site))
+    heard = heard + src.white_noise(rng, n) * 10.0 ** (src.SENSOR_NOISE_DB / 20.0)
+    return to_full_scale(heard, site).astype(np.float32)
+
+
+# --- the data set ----------------------------------------------------------------------------
+
+
+def counts_per_site(cfg: SynthConfig) -> dict[str, int]:
+    """Recordings of each class at every site: LEAK is sized to make up ``cfg.leak_share``."""
+    per_class = max(1, round(cfg.recordings_per_class * cfg.scale))
+    n_other = len(cfg.classes) - 1
+    n_leak = max(1, round(cfg.leak_share / (1 - cfg.leak_share) * n_other * per_class))
+    return {c: n_leak if c == LEAK_CLASS else per_class for c in cfg.classes}
+
+
+def recording_name(site: Site, cls: str, index: int) -> str:
+    return f"{site.site_id}_{cls}_{index:04d}.wav"
+
+
+def _plan(cfg: SynthConfig) -> Iterator[tuple[Site, str, int]]:
+    counts = counts_per_site(cfg)
+    for site_index in range(cfg.n_sites):
+        site = src.draw_site(cfg.seed, site_index)
+        for cls in cfg.classes:
+            for index in range(counts[cls]):
+                yield site, cls, index
+
+
+@dataclass(frozen=True)
+class SynthSummary:
+    """What ``generate`` wrote."""
+
+    n_recordings: int
+    class_counts: Mapping[str, int]
+    n_sites: int
+    seconds: float
+    out_dir: Path
+
+    def to_dict(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        out["class_counts"] = dict(self.class_counts)
+        out["out_dir"] = str(self.out_dir)
+        return out
+
+
+def _write_all(cfg: SynthConfig, root: Path, progress: bool) -> dict[str, int]:
+    """Render every recording into ``root`` and write the manifest; returns counts per class."""
+    total = cfg.n_sites * sum(counts_per_site(cfg).values())
+    counts = dict.fromkeys(cfg.classes, 0)
+    with open(root / MANIFEST_NAME, "w", newline="") as fh:
+        writer = csv.writer(fh, lineterminator="\n")
+        writer.writerow(MANIFEST_FIELDS)
+        for site, cls, index in tqdm(_plan(cfg), total=total, disable=not progress,
+                                     desc="synth", unit="rec"):
+            rel = Path(cls) / recording_name(site, cls, index)
+            (root / cls).mkdir(exist_ok=True)
+            samples = render_recording(cfg, site, cls, index)
+            sf.write(root / rel, samples, cfg.sample_rate, subtype=cfg.subtype, format="WAV")
+            writer.writerow([rel.as_posix(), cls, site.site_id, site.material, cfg.sample_rate,
+                             cfg.duration_s, cfg.seed])
+            counts[cls] += 1
+    return counts
+
+
+def _sibling(path: Path, tag: str) -> Path:
+    """A new, empty, hidden folder beside ``path`` (created with the usual permissions)."""
+    sibling = path.with_name(f".{path.name}.{tag}-{uuid.uuid4().hex[:8]}")
+    sibling.mkdir()
+    return sibling
+
+
+def _swap_into_place(tmp: Path, out_dir: Path) -> None:
+    """Replace ``out_dir`` by ``tmp``; an existing ``out_dir`` is removed only after the swap."""
+    if not out_dir.exists():
+        tmp.rename(out_dir)
+        return
+    old = _sibling(out_dir, "old")
+    out_dir.rename(old / out_dir.name)
+    try:
+        tmp.rename(out_dir)
+    except OSError:
+        (old / out_dir.name).rename(out_dir)
+        old.rmdir()
+        raise
+    shutil.rmtree(old)
+
+
+def generate(cfg: SynthConfig, out_dir: Path, progress: bool = True) -> SynthSummary:
+    """Write ``out_dir/<CLASS>/<site>_<class>_<index>.wav`` and ``out_dir/manifest.csv``.
+
+    Everything is written into a temporary sibling folder that replaces ``out_dir`` only when
+    complete, so a failure never leaves a partial data set.
+    """
+    out_dir = Path(out_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    tmp = _sibling(out_dir, "tmp")
+    try:
+        counts = _write_all(cfg, tmp, progress)
+        _swap_into_place(tmp, out_dir)
+    except BaseException:  # any failure, Ctrl-C included: leave nothing half-written behind
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    summary = SynthSummary(n_recordings=sum(counts.values()), class_counts=counts,
+                           n_sites=cfg.n_sites, seconds=time.perf_counter() - start,
+                           out_dir=out_dir)
+    log.info("synth: %d recordings (%s) from %d sites in %.1f s -> %s", summary.n_recordings,
+             ", ".join(f"{c}={k}" for c, k in counts.items()), cfg.n_sites, summary.seconds,
+             out_dir)
+    return summary

@@ -1,0 +1,96 @@
+"""`leakpipe tune`: an Optuna study over the train stage's fit() (DVC stage `tune`).
+
+    leakpipe tune                      run / resume the study to its budget (the DVC stage)
+    leakpipe tune --workers 2          ... with 2 local worker processes on the study
+    leakpipe tune --worker             join an existing study (another machine, same storage)
+    leakpipe tune apply [--dry-run]    write tuning/best_params.yaml into params.yaml
+
+Nothing changes params.yaml without `tune apply`; it prints the equivalent
+``dvc exp run -S ...`` line as well. See docs/tuning.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+
+from leakpipe.commands._common import add_params_argument
+
+NAME = "tune"
+HELP = "search hyper-parameters with Optuna over the train stage's fit(); `tune apply` them"
+RUN, APPLY = "run", "apply"
+log = logging.getLogger(__name__)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("action", nargs="?", choices=(RUN, APPLY), default=RUN,
+                        help="run (default): run / resume the study; apply: write the best "
+                             "values into the params file")
+    add_params_argument(parser)
+    parser.add_argument("--train", type=Path, default=Path("data/processed/train.h5"),
+                        help="train split (HDF5)")
+    parser.add_argument("--val", type=Path, default=Path("data/processed/val.h5"),
+                        help="validation split (HDF5): every trial's objective")
+    parser.add_argument("--plan", type=Path, default=Path("reports/preload.json"),
+                        help="the preload stage's memory plan")
+    parser.add_argument("--journal", type=Path, default=Path("tuning/journal.log"),
+                        help="journal file of the study when no RDB storage is configured "
+                             "(relative = under the repo root)")
+    parser.add_argument("--best", type=Path, default=Path("tuning/best_params.yaml"),
+                        help="best trial's values (written by run, read by apply)")
+    parser.add_argument("--metrics", type=Path, default=Path("metrics/tune.json"),
+                        help="study metrics (DVC metrics file)")
+    parser.add_argument("--workers", type=_positive, default=None,
+                        help="local worker processes (default: tune.workers)")
+    parser.add_argument("--worker", action="store_true",
+                        help="join an existing study as one worker (e.g. on another machine)")
+    parser.add_argument("--worker-index", type=int, default=None,
+                        help="this worker's index (seeds its sampler; default: the pid)")
+    parser.add_argument("--threads", type=_positive, default=None,
+                        help="torch CPU threads of a worker (default: tune.threads_per_worker)")
+    parser.add_argument("--study", default=None,
+                        help="study name to join (default: computed from the params and data)")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="apply: show the changes and the dvc line, change nothing")
+    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.action == APPLY:
+        return _apply(args)
+    from leakpipe.tune.run import TunePaths, join_study, run_study
+
+    paths = TunePaths(train=args.train, val=args.val, plan=args.plan, journal=args.journal,
+                      best=args.best, metrics=args.metrics)
+    if args.worker:
+        join_study(args.params, paths, worker_index=args.worker_index, threads=args.threads,
+                   name=args.study)
+        return 0
+    summary = run_study(args.params, paths, workers=args.workers,
+                        progress=not args.no_progress)
+    print(f"tune: study {summary.study_name}: best {summary.objective} = "
+          f"{summary.best_value:.4f} (trial {summary.best_trial}); trials {summary.counts} "
+          f"-> {args.best}; apply with `leakpipe tune apply`")
+    return 0
+
+
+def _apply(args: argparse.Namespace) -> int:
+    from leakpipe.tune.apply import apply_params, exp_run_line, read_best, yaml_scalar
+
+    values = read_best(args.best)
+    changes = apply_params(args.params, values, dry_run=args.dry_run)
+    verb = "would change" if args.dry_run else "changed"
+    for key, old, new in changes:
+        print(f"{verb} {key}: {yaml_scalar(old)} -> {yaml_scalar(new)}")
+    if not changes:
+        print(f"{args.params} already holds the best values of {args.best}")
+    print(f"equivalent experiment: {exp_run_line(values)}")
+    return 0

@@ -1,0 +1,107 @@
+"""Bootstrap confidence intervals of the file-level figures, resampling recordings.
+
+Clips of one recording are not independent (two clips of the same pipe sound alike), so the
+unit resampled is the recording: each resample draws recordings with replacement and every clip
+of a recording drawn k times gets weight k. All resamples are evaluated together as a weight
+matrix (B, F): confusion counts are one matrix product, ROC-AUC and average precision (the area
+under the precision-recall curve, as scikit-learn computes it) one sort of the fixed scores plus
+cumulative sums per resample. Intervals are percentile intervals; a figure that is undefined in
+a resample (no leak drawn) is left out of its percentiles.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from leakpipe.evaluate.metrics import METRIC_NAMES, BinaryMetrics
+
+RANKING_NAMES = ("roc_auc", "pr_auc")
+RESAMPLES_PER_PASS = 256   # weight rows held at once: bounds memory to 256 x files floats
+
+
+@dataclass(frozen=True)
+class Interval:
+    low: float
+    high: float
+
+
+def recording_weights(recording_ids: np.ndarray, resamples: int,
+                      rng: np.random.Generator) -> np.ndarray:
+    """(F,) recording id per file -> (B, F) clip weights of ``resamples`` recording draws."""
+    _, inverse = np.unique(np.asarray(recording_ids), return_inverse=True)
+    n = int(inverse.max()) + 1 if inverse.size else 0
+    counts = rng.multinomial(n, np.full(n, 1.0 / n), size=resamples)  # (B, R)
+    return counts[:, inverse].astype(np.float64)                       # (B, F)
+
+
+def weighted_counts(truth: np.ndarray, decision: np.ndarray,
+                    weights: np.ndarray) -> BinaryMetrics:
+    """(F,) truth, (F,) decisions, (B, F) weights -> confusion counts of shape (B,)."""
+    t, d = np.asarray(truth).astype(bool), np.asarray(decision).astype(bool)
+    w = np.atleast_2d(weights)
+    return BinaryMetrics(tp=w @ (t & d), fp=w @ (~t & d), tn=w @ (~t & ~d), fn=w @ (t & ~d))
+
+
+def _divide(num: np.ndarray, den: np.ndarray) -> np.ndarray:
+    return np.divide(num, den, out=np.full_like(num, np.nan, dtype=np.float64), where=den > 0)
+
+
+def weighted_ranking(scores: np.ndarray, truth: np.ndarray,
+                     weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """ROC-AUC and average precision per weight row: (F,), (F,), (B, F) -> (B,), (B,).
+
+    Equal scores form one group (ties count half in ROC-AUC, one step in the PR curve), as
+    in scikit-learn; a row without positives or negatives gives NaN.
+    """
+    order = np.argsort(scores, kind="stable")                       # ascending
+    s, t = np.asarray(scores)[order], np.asarray(truth).astype(bool)[order]
+    w = np.atleast_2d(weights)[:, order]                            # (B, F)
+    starts = np.flatnonzero(np.r_[True, s[1:] != s[:-1]])           # (G,) score groups
+    pos = np.add.reduceat(w * t, starts, axis=1)                    # (B, G)
+    neg = np.add.reduceat(w * ~t, starts, axis=1)                   # (B, G)
+    n_pos, n_neg = pos.sum(axis=1), neg.sum(axis=1)                 # (B,)
+    below = np.cumsum(neg, axis=1) - neg                            # negatives scored lower
+    roc = _divide((pos * (below + 0.5 * neg)).sum(axis=1), n_pos * n_neg)
+    roc[n_neg == 0] = np.nan
+    tp, fp = np.cumsum(pos[:, ::-1], axis=1), np.cumsum(neg[:, ::-1], axis=1)  # descending
+    precision = np.divide(tp, tp + fp, out=np.zeros_like(tp), where=(tp + fp) > 0)
+    ap = _divide((pos[:, ::-1] * precision).sum(axis=1), n_pos)
+    return roc, ap
+
+
+def _resample_figures(truth: np.ndarray, decision: np.ndarray, scores: np.ndarray,
+                      weights: np.ndarray) -> dict[str, np.ndarray]:
+    counts = weighted_counts(truth, decision, weights)
+    figures = {name: getattr(counts, name) for name in METRIC_NAMES}  # (B,) each
+    # a rate whose denominator is empty in a resample is undefined there, not 0
+    figures["precision"] = _divide(counts.tp, counts.tp + counts.fp)
+    figures["recall"] = _divide(counts.tp, counts.tp + counts.fn)
+    figures["specificity"] = _divide(counts.tn, counts.tn + counts.fp)
+    figures["roc_auc"], figures["pr_auc"] = weighted_ranking(scores, truth, weights)
+    return figures
+
+
+def bootstrap_intervals(truth: np.ndarray, decision: np.ndarray, scores: np.ndarray,
+                        recording_ids: np.ndarray, *, resamples: int, confidence: float,
+                        seed: int) -> dict[str, Interval]:
+    """Percentile intervals of every file-level figure over ``resamples`` recording draws."""
+    if resamples < 1 or len(truth) == 0:
+        return {}
+    rng = np.random.default_rng(seed)
+    parts: dict[str, list[np.ndarray]] = {}
+    for start in range(0, resamples, RESAMPLES_PER_PASS):
+        weights = recording_weights(recording_ids, min(RESAMPLES_PER_PASS, resamples - start),
+                                    rng)
+        for name, values in _resample_figures(truth, decision, scores, weights).items():
+            parts.setdefault(name, []).append(values)
+    tail = 100.0 * (1.0 - confidence) / 2.0
+    out = {}
+    for name, chunks in parts.items():
+        values = np.concatenate(chunks)
+        values = values[np.isfinite(values)]
+        if values.size:
+            low, high = np.percentile(values, [tail, 100.0 - tail])
+            out[name] = Interval(float(low), float(high))
+    return out

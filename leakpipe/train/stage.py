@@ -1,0 +1,230 @@
+"""The train stage: preload plan -> batch sources -> ``fit()`` -> detector, metrics, plots, run.
+
+``run_train`` is what `leakpipe train` (and stages/train.py, also under torchrun) calls:
+
+1. SIGINT / SIGTERM become a stop flag (``GracefulStop``); torchrun's env starts DDP.
+2. The preload plan is re-checked against this machine (``prepare_training``).
+3. One MLflow run (rank 0): every param flattened (model, train, monitor, the placement), a
+   metrics row per epoch (``fit``), the step-time / system profile (``leakpipe.monitor``,
+   switched on by the ``monitor`` params) and MLflow's own system metrics.
+4. ``fit`` resumes an unfinished run from the checkpoint folder (a finished one is cleared).
+5. Rank 0 writes models/model.pt (best epoch, threshold chosen on val), metrics/train.json,
+   the per-epoch plot data and logs the confusion matrices and the model to MLflow.
+
+A stop request ends with exit code 128 + signal after the checkpoint is written and the MLflow
+run is closed as KILLED; re-running the stage (``dvc repro``) resumes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import dataclasses
+import json
+import logging
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import leakpipe
+from leakpipe import tracking
+from leakpipe.config import ModelConfig, MonitorConfig, TrainConfig, load_section
+from leakpipe.data.schema import leak_index
+from leakpipe.model import SegmentScorer
+from leakpipe.monitor import TrainMonitor, write_profile
+from leakpipe.tracking import NullTracker, Tracker
+from leakpipe.train import checkpoint as ckpt_io
+from leakpipe.train import distributed
+from leakpipe.train.distributed import Distributed
+from leakpipe.train.fit import FitOptions, FitResult, fit, resolve_device
+from leakpipe.train.interrupt import GracefulStop, StopRequested
+from leakpipe.train.outputs import (
+    confusion_figure,
+    history_csv,
+    input_example,
+    metrics_summary,
+    save_model,
+    write_text_atomic,
+)
+from leakpipe.train.session import TrainingData, prepare_training, read_plan
+
+log = logging.getLogger(__name__)
+
+STAGE = "train"
+TAG_RESUMED_FROM = "leakpipe.resumed_from"   # the checkpoint a resumed run started from
+TAG_PREVIOUS_RUN = "leakpipe.previous_run_id"  # the MLflow run of the interrupted attempt
+PACKAGE_DIR = Path(leakpipe.__file__).resolve().parent   # shipped with the logged model
+
+
+@dataclass(frozen=True)
+class TrainPaths:
+    """Every path of the stage; dvc.yaml passes them on the command line."""
+
+    train: Path
+    val: Path
+    plan: Path
+    model: Path
+    metrics: Path
+    plots: Path
+    checkpoints: Path
+
+
+@dataclass(frozen=True)
+class TrainSections:
+    """The params sections the stage reads."""
+
+    model: ModelConfig
+    train: TrainConfig
+    monitor: MonitorConfig
+
+    @classmethod
+    def load(cls, params: Path) -> TrainSections:
+        return cls(model=load_section(params, "model"), train=load_section(params, "train"),
+                   monitor=load_section(params, "monitor"))
+
+
+def run_train(paths: TrainPaths, cfgs: TrainSections, *, progress: bool = True) -> int:
+    """Train; 0 on success, 128 + signal after a SIGINT / SIGTERM stop (checkpoint written)."""
+    with GracefulStop() as stop:
+        dist = distributed.from_env(resolve_device(cfgs.train.device))
+        if not dist.is_main:
+            logging.getLogger(leakpipe.__name__).setLevel(logging.WARNING)
+        try:
+            _train(paths, cfgs, dist, stop, progress)
+        except StopRequested as exc:
+            log.info("%s (%s); exit %d, re-run the stage to resume from %s", exc, stop.name,
+                     stop.exit_code, exc.checkpoint or paths.checkpoints)
+            dist.close()
+            return stop.exit_code
+        dist.close()
+    return 0
+
+
+def _train(paths: TrainPaths, cfgs: TrainSections, dist: Distributed, stop: GracefulStop,
+           progress: bool) -> None:
+    device = dist.device(resolve_device(cfgs.train.device))
+    plan = read_plan(paths.plan)
+    data = prepare_training(paths.train, paths.val, plan, cfgs.train, device, rank=dist.rank,
+                            world_size=dist.world_size, local_world_size=dist.local_world_size)
+    try:
+        with _tracker(cfgs.monitor, dist, data) as tracker:
+            tracker.log_params(run_params(cfgs, plan, data, dist))
+            result = _fit(paths, cfgs, dist, stop, progress, data, tracker)
+            if dist.is_main:
+                _write_outputs(paths, cfgs, data, result, tracker)
+    finally:
+        data.close()
+
+
+def _tracker(cfg: MonitorConfig, dist: Distributed,
+             data: TrainingData) -> contextlib.AbstractContextManager[Tracker]:
+    if not dist.is_main:
+        return contextlib.nullcontext(NullTracker())
+    checksum = ",".join(f"{split}:{digest}" for split, digest in sorted(data.data_id.items()))
+    return tracking.start_run(STAGE, tags={tracking.TAG_DATA: checksum},
+                              system_metrics=cfg.mlflow_system_metrics,
+                              system_metrics_interval_s=cfg.mlflow_interval_s)
+
+
+def run_params(cfgs: TrainSections, plan: dict[str, Any], data: TrainingData,
+               dist: Distributed) -> dict[str, Any]:
+    """Everything that shaped the run, nested (the tracker flattens it to ``train.seed`` ...)."""
+    return {
+        "model": dataclasses.asdict(cfgs.model), "train": dataclasses.asdict(cfgs.train),
+        "monitor": dataclasses.asdict(cfgs.monitor),
+        "preload": {"placement": data.placement, "planned_placement": plan["placement"],
+                    "planned_device": plan.get("device", ""), "dtype": plan["dtype"],
+                    "buffer_chunks": plan["stream"]["buffer_chunks"],
+                    "batch_size_max": plan.get("batch_size", {}).get("max", "")},
+        "data": data.data_id,
+        "dist": {"world_size": dist.world_size, "backend": dist.backend or "none"},
+    }
+
+
+def _fit(paths: TrainPaths, cfgs: TrainSections, dist: Distributed, stop: GracefulStop,
+         progress: bool, data: TrainingData, tracker: Tracker) -> FitResult:
+    if dist.is_main:
+        ckpt_io.clear_if_finished(paths.checkpoints)
+        _follow_previous_run(tracker, paths.checkpoints)
+    dist.barrier()   # no rank resumes from a folder rank 0 is clearing
+    probe = TrainMonitor(cfgs.monitor) if cfgs.monitor.enabled and dist.is_main else None
+    options = FitOptions(should_stop=stop.requested, probe=probe, dist=dist,
+                         progress=progress, data_id=data.data_id)
+    try:
+        with probe if probe is not None else contextlib.nullcontext():
+            result = fit(cfgs.model, cfgs.train, train_source=data.train_source,
+                         val_data=data.val_data, class_counts=data.class_counts,
+                         tracker=tracker, checkpoint_dir=paths.checkpoints,
+                         features=data.features.to_dict(), options=options)
+    except StopRequested:
+        _log_profile(tracker, probe)
+        raise
+    _log_profile(tracker, probe)
+    _log_earlier_epochs(tracker, result)
+    if dist.any(stop.requested()):    # the signal came during the last validation
+        raise StopRequested("stopped after the last epoch", result.best_checkpoint)
+    return result
+
+
+def _log_earlier_epochs(tracker: Tracker, result: FitResult) -> None:
+    """A resumed run also records the epochs its checkpoint holds, so it shows every epoch."""
+    if result.resumed_from is None:
+        return
+    tracker.set_tags({TAG_RESUMED_FROM: str(result.resumed_from)})
+    for metrics in result.history[:len(result.history) - result.epochs_run]:
+        tracker.log_metrics(metrics, step=int(metrics["epoch"]))
+
+
+def _follow_previous_run(tracker: Tracker, directory: Path) -> None:
+    """Close the MLflow run of an unfinished attempt (SIGKILL leaves it RUNNING) as KILLED,
+    link this run to it, and record this run as the folder's latest attempt."""
+    if tracker.run_id is None:
+        return
+    marker = directory / ckpt_io.RUN_ID_NAME
+    previous = marker.read_text().strip() if marker.is_file() else ""
+    if previous and previous != tracker.run_id:
+        if tracking.end_run_if_running(previous):
+            log.info("mlflow run %s of the interrupted attempt closed as KILLED", previous)
+        tracker.set_tags({TAG_PREVIOUS_RUN: previous})
+    write_text_atomic(marker, tracker.run_id + "\n")
+
+
+def _log_profile(tracker: Tracker, probe: TrainMonitor | None) -> None:
+    if probe is None:
+        return
+    with tracking.scratch_dir() as folder:
+        for path in write_profile(probe.profile(), folder):
+            tracker.log_artifact(path, "profile")
+
+
+def _write_outputs(paths: TrainPaths, cfgs: TrainSections, data: TrainingData,
+                   result: FitResult, tracker: Tracker) -> None:
+    from leakpipe.build import file_sha256
+
+    save_model(paths.model, result, data, cfgs.model, cfgs.train)
+    summary = metrics_summary(result, data.placement)
+    write_text_atomic(paths.metrics, json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    write_text_atomic(paths.plots, history_csv(result.history))
+    tracker.set_tags({tracking.TAG_MODEL_SHA256: file_sha256(paths.model)})
+    _log_results(tracker, result, data, cfgs, paths)
+    ckpt_io.mark_finished(paths.checkpoints)
+    log.info("train: best epoch %d of %d, %s %.4f, file threshold %.2f (%s) -> %s",
+             result.best_epoch + 1, len(result.history), result.monitor,
+             result.best_metrics.get(result.monitor, math.nan), result.threshold,
+             result.stop_reason, paths.model)
+
+
+def _log_results(tracker: Tracker, result: FitResult, data: TrainingData,
+                 cfgs: TrainSections, paths: TrainPaths) -> None:
+    best = {f"best/{k}": v for k, v in result.best_metrics.items()
+            if k != "epoch" and math.isfinite(v)}
+    tracker.log_metrics({**best, "best/epoch": float(result.best_epoch)})
+    for path in (paths.metrics, paths.plots):
+        tracker.log_artifact(path, STAGE)
+    if result.best_confusion is not None:
+        tracker.log_dict(result.best_confusion, f"{STAGE}/confusion.json")
+        tracker.log_figure(confusion_figure(result.best_confusion), f"{STAGE}/confusion.png")
+    scorer = SegmentScorer(copy.deepcopy(result.model).cpu().eval(),
+                           leak_index(data.class_names), cfgs.train.prob_mode)
+    tracker.log_model(scorer, input_example(data.val_data), code_paths=[PACKAGE_DIR])

@@ -1,0 +1,74 @@
+"""The train stage under torchrun: two CPU processes (gloo) train with DDP, rank 0 logs and
+saves, and what it saved loads and predicts in a single process."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from leakpipe.config import load_section
+from leakpipe.data.reader import open_split
+from leakpipe.detector import load_detector
+from leakpipe.evaluate.voting import decide, file_scores, segment_leak_prob
+from leakpipe.model import create_model
+from leakpipe.train import checkpoint as ck
+from tests.conftest import REPO
+from tests.test_train_stage import (
+    fresh_mlflow_uri,
+    make_workspace,
+    mlflow_runs,
+    read_metrics,
+    stage_args,
+)
+
+WORLD = 2
+DDP_TRAIN = {"epochs": 4}
+TIMEOUT_S = 300
+
+
+def test_two_processes_train_with_ddp_and_the_checkpoint_loads_in_one(tmp_path: Path) -> None:
+    ws = make_workspace(tmp_path, train=DDP_TRAIN)
+    uri = fresh_mlflow_uri(tmp_path)
+    env = {**os.environ, "MLFLOW_TRACKING_URI": uri, "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={WORLD}",
+           "--standalone", str(REPO / "stages" / "train.py"), *stage_args(ws)]
+    done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=TIMEOUT_S)
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert "rank 1 of 2" in done.stderr and "backend gloo" in done.stderr
+
+    metrics = read_metrics(ws)
+    assert metrics["val"]["file_f1"] == 1.0 and metrics["epochs_run"] == DDP_TRAIN["epochs"]
+    (run,) = mlflow_runs(uri)                                       # rank 0 logs, alone
+    assert run.info.status == "FINISHED"
+    assert run.data.params["dist.world_size"] == str(WORLD)
+    assert run.data.params["dist.backend"] == "gloo"
+
+    best = ck.load_checkpoint(ws.checkpoints / ck.BEST_NAME)
+    assert not any(key.startswith("module.") for key in best["model"])
+    model = create_model(load_section(ws.params, "model"), len(best["class_names"]))
+    ck.load_model_state(model, best, ws.checkpoints / ck.BEST_NAME)
+    detector = load_detector(ws.model)
+    for key, value in model.state_dict().items():
+        assert torch.equal(detector.model.state_dict()[key], value), key
+    assert _val_decisions_are_right(detector, ws.data["val"])
+
+
+def _val_decisions_are_right(detector, path: Path) -> bool:
+    """Every val file decided LEAK / not LEAK correctly by the loaded detector, in one process."""
+    with open_split(path) as split:
+        mel = torch.from_numpy(split.mel[:]).float()                 # (F, L, S, M, T)
+        truth = np.asarray(split.labels) == detector.leak_index
+    flat = mel.reshape(-1, 1, *mel.shape[-2:])                      # (F * L * S, 1, M, T)
+    with torch.inference_mode():
+        logits, leak_logit = detector.model(flat)
+    probs = segment_leak_prob(logits, leak_logit, detector.leak_index,
+                              detector.voting.prob_mode).numpy().reshape(mel.shape[:3])
+    scores = file_scores(probs, detector.voting.rule, detector.voting.vote_fraction)
+    decisions = decide(scores, np.array([detector.threshold]))[0]   # (F,)
+    return bool(np.array_equal(decisions, truth))

@@ -1,0 +1,228 @@
+"""Stage `evaluate` on a detector with known outputs: honest threshold, outputs, MLflow."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+import torch
+
+from leakpipe import tracking
+from leakpipe.build import file_sha256
+from leakpipe.cli import main
+from leakpipe.config import EvaluateConfig, load_section
+from leakpipe.constants import H5_LABELS, KNOWN_CLASSES
+from leakpipe.detector import load_detector
+from leakpipe.errors import DataError
+from leakpipe.evaluate import forward
+from leakpipe.evaluate.run import evaluate_detector
+from leakpipe.tracking import flatten
+from tests.conftest import PARAMS
+from tests.helpers_detector import (
+    TINY_MODEL,
+    copied_store,
+    known_detector,
+    leak_probs,
+    restore_logging,
+    write_plan,
+    write_prob_split,
+)
+from tests.helpers_h5 import SMALL_FEATURES
+
+SPLIT_FILES = {"val": 40, "test": 30}
+
+_keep_logging = pytest.fixture(autouse=True)(restore_logging)
+
+
+@pytest.fixture(autouse=True)
+def _one_thread() -> Iterator[None]:
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def cfg() -> EvaluateConfig:
+    return dataclasses.replace(load_section(PARAMS, "evaluate"), device="cpu",
+                               bootstrap_resamples=200)
+
+
+def _write_splits(root: Path, seed: int = 0, spread: float = 0.15) -> dict[str, Path]:
+    """val / test with two clips per recording; leaks score higher, with overlap."""
+    rng = np.random.default_rng(seed)
+    paths = {}
+    for split, n in SPLIT_FILES.items():
+        labels = np.repeat(rng.integers(0, len(KNOWN_CLASSES), n // 2), 2)
+        ids = [f"{split}-r{i // 2}" for i in range(n)]
+        paths[split] = write_prob_split(root / f"{split}.h5",
+                                        leak_probs(rng, labels, KNOWN_CLASSES, spread=spread),
+                                        labels, split=split, recording_ids=ids)
+    return paths
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A repo-like folder: model, val / test splits, preload plan; no MLflow store."""
+    monkeypatch.setenv("DVC_ROOT", str(tmp_path))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'absent' / 'no.db'}")
+    known_detector(tmp_path / "models" / "model.pt", binary=True)
+    _write_splits(tmp_path / "data" / "processed")
+    write_plan(tmp_path / "reports" / "preload.json")
+    return tmp_path
+
+
+def _relabel(path: Path, labels: np.ndarray) -> None:
+    with h5py.File(path, "r+") as f:
+        f[H5_LABELS][:] = labels
+
+
+def _evaluate(root: Path, cfg: EvaluateConfig, placement: str = "ram"):
+    detector = load_detector(root / "models" / "model.pt")
+    paths = {s: root / "data" / "processed" / f"{s}.h5" for s in SPLIT_FILES}
+    return evaluate_detector(detector, paths, {"placement": placement, "params": {
+        "safety": 0.8, "host_reserve_mb": 0, "device_reserve_mb": 0}}, cfg)
+
+
+def test_threshold_is_chosen_on_val_only(project: Path, cfg: EvaluateConfig) -> None:
+    base = _evaluate(project, cfg)
+    test_path = project / "data" / "processed" / "test.h5"
+    leak = KNOWN_CLASSES.index("LEAK")
+    with h5py.File(test_path, "r") as f:
+        labels = f[H5_LABELS][:]
+    _relabel(test_path, np.where(labels == leak, 0, leak))     # every test label flipped
+    flipped = _evaluate(project, cfg)
+    assert flipped.point.threshold == base.point.threshold
+    assert flipped.point.rule == base.point.rule
+    assert flipped.metrics["test/file_f1"] != base.metrics["test/file_f1"]
+    val_path = project / "data" / "processed" / "val.h5"
+    with h5py.File(val_path, "r") as f:
+        val_labels = f[H5_LABELS][:]
+    _relabel(val_path, np.where(val_labels == leak, 0, leak))  # the val split decides
+    assert _evaluate(project, cfg).point.threshold != base.point.threshold
+
+
+def test_target_criterion_reaches_its_target_on_val(project: Path,
+                                                    cfg: EvaluateConfig) -> None:
+    target = dataclasses.replace(cfg, criterion="target_sensitivity", target=1.0)
+    result = _evaluate(project, target)
+    assert result.point.met and result.metrics["val/file_recall"] == 1.0
+    f1 = _evaluate(project, cfg)
+    assert result.point.threshold <= f1.point.threshold
+
+
+def test_placements_and_batch_sizes_give_the_same_scores(project: Path,
+                                                         cfg: EvaluateConfig) -> None:
+    ram = _evaluate(project, cfg)
+    stream = _evaluate(project, cfg, placement="stream")
+    one_file = _evaluate(project, dataclasses.replace(cfg, max_batch_segments=1))
+    for other in (stream, one_file):
+        np.testing.assert_allclose(other.test.scores.seg_probs, ram.test.scores.seg_probs,
+                                   atol=1e-6)
+        assert other.metrics["test/file_f1"] == ram.metrics["test/file_f1"]
+    assert one_file.test.scores.batch_files == 1
+    assert ram.test.scores.batch_files == SPLIT_FILES["test"]   # every file in one pass
+
+
+def test_batch_budget_follows_free_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+    per_segment = forward.activation_bytes(TINY_MODEL, 16, 1)
+    budget = forward.measure_budget()
+    monkeypatch.setattr(forward, "measure_budget", lambda: dataclasses.replace(
+        budget, host_available=100 * per_segment, cgroup_limit=None))
+    memory = {"safety": 1.0, "host_reserve_mb": 0.0, "device_reserve_mb": 0.0}
+    cpu = torch.device("cpu")
+    assert forward.batch_segments(TINY_MODEL, (16, 1), cpu, memory, cap=10**6) == 100
+    assert forward.batch_segments(TINY_MODEL, (16, 1), cpu, memory, cap=40) == 40
+    assert forward.batch_segments(TINY_MODEL, (16, 1), cpu, {**memory, "safety": 0.5},
+                                  cap=10**6) == 50
+
+
+def test_multi_class_model_reports_per_class_metrics(tmp_path: Path,
+                                                     cfg: EvaluateConfig) -> None:
+    known_detector(tmp_path / "models" / "model.pt", binary=False)
+    _write_splits(tmp_path / "data" / "processed")
+    result = _evaluate(tmp_path, dataclasses.replace(cfg, prob_mode="aux"))
+    for name in KNOWN_CLASSES:
+        assert f"test/class/{name}/file_f1" in result.metrics
+        assert f"test/class/{name}/seg_recall" in result.metrics
+    assert result.metrics["test/file_roc_auc"] > 0.8
+
+
+def test_mismatched_features_are_refused(project: Path, cfg: EvaluateConfig) -> None:
+    other = dataclasses.replace(SMALL_FEATURES, fmin=10.0)
+    known_detector(project / "models" / "model.pt", features=other)
+    with pytest.raises(DataError, match="feature config differs"):
+        _evaluate(project, cfg)
+
+
+def _read_csv(path: Path) -> list[dict[str, str]]:
+    with path.open(newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def test_stage_writes_outputs_and_logs_to_mlflow(project: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    import mlflow
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", copied_store(project / "mlruns"))
+    monkeypatch.chdir(project)
+    sha = file_sha256(project / "models" / "model.pt")
+    with tracking.start_run("train", tags={tracking.TAG_MODEL_SHA256: sha}) as train_run:
+        pass
+    assert main(["evaluate", "--params", str(PARAMS), "--no-progress"]) == 0
+
+    metrics = flatten(json.loads((project / "metrics" / "eval.json").read_text()), sep="/")
+    saved = load_detector(project / "models" / "detector.pt")
+    assert saved.threshold == metrics["eval/threshold"]          # reported == saved
+    assert saved.voting.rule == metrics["eval/rule"] == "long_vote"
+    assert metrics["test/file_f1_ci_low"] <= metrics["test/file_f1"] <= \
+        metrics["test/file_f1_ci_high"]
+    rows = _read_csv(project / "reports" / "predictions.csv")
+    assert len(rows) == SPLIT_FILES["test"]
+    assert {"recording_id", "group", "label", "leak_prob", "frac_long_over", "decision"} <= \
+        set(rows[0])
+    assert sum(r["decision"] == "LEAK" for r in rows) == metrics["test/file_tp"] + \
+        metrics["test/file_fp"]
+    plots = project / "plots" / "eval"
+    confusion = json.loads((plots / "confusion.json").read_text())
+    assert len(confusion) == SPLIT_FILES["test"] and set(confusion[0]) == {"actual", "predicted"}
+    assert set(json.loads((plots / "roc.json").read_text())[0]) == {"fpr", "tpr", "threshold"}
+    assert len(json.loads((plots / "threshold.json").read_text())) == 97   # 0.02 .. 0.98
+
+    run = mlflow.search_runs(search_all_experiments=True,
+                             filter_string=f"tags.`{tracking.TAG_STAGE}` = 'evaluate'",
+                             output_format="list")[0]
+    assert run.data.tags[tracking.TAG_TRAIN_RUN] == train_run.run_id
+    assert run.data.metrics["test/file_f1"] == pytest.approx(metrics["test/file_f1"])
+    artifacts = {a.path for a in mlflow.MlflowClient().list_artifacts(run.info.run_id,
+                                                                      "evaluate")}
+    for name in ("confusion_test.png", "roc_test.png", "pr_test.png", "threshold_val.png",
+                 "predictions.json", "predictions.csv", "eval.json"):
+        assert f"evaluate/{name}" in artifacts, name
+    logged = tracking.download_model(run.data.tags[tracking.TAG_DETECTOR_URI])
+    assert load_detector(logged).threshold == saved.threshold
+
+
+def test_missing_plan_is_a_clear_error(project: Path, monkeypatch: pytest.MonkeyPatch,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(project)
+    (project / "reports" / "preload.json").unlink()
+    assert main(["evaluate", "--params", str(PARAMS), "--no-progress"]) == 3
+    assert "no preload plan" in capsys.readouterr().err
+    assert not (project / "metrics" / "eval.json").exists()
+
+
+def test_a_collapsed_test_split_is_diagnosed(project: Path, cfg: EvaluateConfig) -> None:
+    test_path = project / "data" / "processed" / "test.h5"
+    with h5py.File(test_path, "r") as f:
+        labels = f[H5_LABELS][:]
+    _relabel(test_path, np.where(labels == KNOWN_CLASSES.index("LEAK"), 0, labels))  # no leaks
+    result = _evaluate(project, cfg)
+    assert "no positives present" in result.info["eval/test_diagnosis"]
+    assert "eval/val_diagnosis" not in result.info

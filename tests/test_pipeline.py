@@ -1,0 +1,132 @@
+"""The real pipeline: `dvc repro` and `dvc exp run` in a temporary git repository.
+
+Uses the repo's own dvc.yaml, stages and params (shrunk to a tiny synthetic set), real DVC,
+real HDF5 files and a real MLflow SQLite store under the temporary repo's mlruns/.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from mlflow.tracking import MlflowClient
+
+from tests.conftest import REPO
+
+pytestmark = pytest.mark.slow
+BIN = Path(sys.executable).parent
+# The smallest data set that still has every class in every split.
+TINY = {
+    "synth": {"n_sites": 5, "recordings_per_class": 1, "duration_s": 4.0},
+    "build": {"workers": 1},
+    "train": {"epochs": 1, "batch_size": 256},
+    "evaluate": {"bootstrap_resamples": 20},
+    "tune": {"n_trials": 2, "epochs": 1},
+}
+
+
+def _run(cmd: list[str], cwd: Path) -> str:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DVC_", "MLFLOW_"))}
+    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
+    out = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, check=False)
+    assert out.returncode == 0, f"{' '.join(cmd)} failed:\n{out.stdout}\n{out.stderr}"
+    return out.stdout + out.stderr
+
+
+def _git(cwd: Path, *args: str) -> str:
+    return _run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd)
+
+
+def _shrink(params: Path, overrides: dict) -> None:
+    # Edit values in place, line by line, so params.yaml keeps its comments.
+    lines = params.read_text().splitlines()
+    section = None
+    for i, line in enumerate(lines):
+        if line and not line.startswith((" ", "#")):
+            section = line.split(":")[0]
+            continue
+        key = line.strip().split(":")[0]
+        if section in overrides and key in overrides[section] and line.startswith("  " + key):
+            comment = line[line.index("#"):] if "#" in line else ""
+            lines[i] = f"  {key}: {overrides[section][key]}  {comment}"
+    params.write_text("\n".join(lines) + "\n")
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("pipeline")
+    for name in ("dvc.yaml", "params.yaml", ".dvcignore", ".gitignore"):
+        shutil.copy(REPO / name, root / name)
+    for folder in ("stages", "leakpipe"):
+        shutil.copytree(REPO / folder, root / folder,
+                        ignore=shutil.ignore_patterns("__pycache__"))
+    _shrink(root / "params.yaml", TINY)
+    _git(root, "init", "-q")
+    _run([str(BIN / "dvc"), "init", "-q"], root)
+    _git(root, "add", "-A")
+    _git(root, "commit", "-qm", "init")
+    return root
+
+
+@pytest.fixture(scope="module")
+def reproduced(project: Path) -> tuple[Path, str]:
+    out = _run([str(BIN / "dvc"), "repro"], project)
+    _git(project, "add", "-A")
+    _git(project, "commit", "-qm", "repro")
+    return project, out
+
+
+def test_repro_builds_every_output(reproduced: tuple[Path, str]) -> None:
+    project, _ = reproduced
+    assert (project / "data" / "raw" / "manifest.csv").is_file()
+    for split in ("train", "val", "test"):
+        assert (project / "data" / "processed" / f"{split}.h5").is_file()
+    report = json.loads((project / "reports" / "build.json").read_text())
+    assert report["n_unusable"] == 0 and report["n_recordings"] > 0
+    lock = yaml.safe_load((project / "dvc.lock").read_text())
+    assert set(lock["stages"]) == {"synth", "build", "validate", "preload", "train", "evaluate",
+                                   "tune"}
+    for output in ("models/model.pt", "metrics/train.json", "metrics/eval.json",
+                   "metrics/tune.json", "tuning/best_params.yaml", "reports/preload.json",
+                   "reports/validation.json", "reports/predictions.csv"):
+        assert (project / output).is_file(), output
+
+
+def test_second_repro_does_nothing(reproduced: tuple[Path, str]) -> None:
+    project, _ = reproduced
+    out = _run([str(BIN / "dvc"), "repro"], project)
+    assert "up to date" in out.lower()
+    assert "Running stage" not in out
+
+
+def test_runs_land_in_the_project_store(reproduced: tuple[Path, str]) -> None:
+    project, _ = reproduced
+    client = MlflowClient(tracking_uri=f"sqlite:///{project / 'mlruns' / 'mlflow.db'}")
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    stages = {r.data.tags["leakpipe.stage"] for r in runs}
+    assert {"synth", "build", "validate", "preload", "train", "evaluate", "tune"} <= stages
+    assert all(r.info.status == "FINISHED" for r in runs)
+    build_run = next(r for r in runs if r.data.tags["leakpipe.stage"] == "build")
+    assert build_run.data.params["build.n_mels"] == "64"
+    assert "mlflow.source.git.commit" in build_run.data.tags
+
+
+def test_exp_run_changes_a_build_param(reproduced: tuple[Path, str]) -> None:
+    project, _ = reproduced
+    out = _run([str(BIN / "dvc"), "exp", "run", "-S", "build.n_mels=32"], project)
+    assert "Running stage 'build'" in out
+    assert "Running stage 'synth'" not in out
+    shown = json.loads(_run([str(BIN / "dvc"), "exp", "show", "--json"], project))
+    values = set()
+    for rev in shown:
+        for exp in rev.get("experiments") or []:
+            for run in exp.get("revs") or []:
+                params = run["data"]["params"]["params.yaml"]["data"]
+                values.add(params["build"]["n_mels"])
+    assert 32 in values

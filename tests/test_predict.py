@@ -1,0 +1,170 @@
+"""`leakpipe predict` on generated recordings of several formats, unreadable files, resume."""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+import torch
+
+from leakpipe import tracking
+from leakpipe.audio.io import load_clips
+from leakpipe.cli import main
+from leakpipe.config import ModelConfig
+from leakpipe.constants import BINARY_CLASSES, KNOWN_CLASSES
+from leakpipe.detector import load_detector, save_detector
+from leakpipe.evaluate.voting import VotingConfig, file_scores, segment_leak_prob
+from leakpipe.features.mel import clip_features
+from leakpipe.model import create_model
+from leakpipe.predict import COLUMNS
+from tests.helpers_detector import copied_store, restore_logging
+from tests.helpers_h5 import SMALL_FEATURES
+
+RATE = SMALL_FEATURES.sample_rate          # 4096 Hz, 1 s clips, 7 long segments per clip
+MODEL = ModelConfig(widths=(4, 4, 4), dropout=0.0, pool_h=2, hidden=8)
+# (name, seconds, sample rate, channels, subtype)
+FORMATS = [
+    ("pcm16.wav", 1.0, RATE, 1, "PCM_16"),
+    ("pcm24_stereo.wav", 2.5, 8000, 2, "PCM_24"),
+    ("float.wav", 1.5, 44100, 1, "FLOAT"),
+    ("u8.wav", 1.0, 11025, 1, "PCM_U8"),
+    ("deep/nested.flac", 3.0, RATE, 1, "PCM_16"),
+    ("short.wav", 0.75, RATE, 1, "PCM_16"),
+]
+
+_keep_logging = pytest.fixture(autouse=True)(restore_logging)
+
+
+@pytest.fixture(autouse=True)
+def _one_thread() -> Iterator[None]:
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def detector_path(tmp_path: Path) -> Path:
+    """A random-weight binary detector on the small feature config, long_vote at 0.5."""
+    torch.manual_seed(0)
+    model = create_model(MODEL, len(BINARY_CLASSES))
+    path = tmp_path / "detector.pt"
+    save_detector(path, model=model.eval(), model_cfg=MODEL, class_names=BINARY_CLASSES,
+                  data_class_names=KNOWN_CLASSES, binary=True, features=SMALL_FEATURES,
+                  voting=VotingConfig(prob_mode="blend", rule="long_vote"), threshold=0.5,
+                  metrics={})
+    return path
+
+
+@pytest.fixture
+def recordings(tmp_path: Path) -> Path:
+    root = tmp_path / "recordings"
+    rng = np.random.default_rng(0)
+    for name, seconds, rate, channels, subtype in FORMATS:
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        signal = 0.3 * rng.standard_normal((int(seconds * rate), channels))
+        sf.write(root / name, signal.astype(np.float32), rate, subtype=subtype)
+    (root / "broken.wav").write_bytes(b"RIFF\x10\x00\x00\x00WAVEjunk")
+    (root / "notes.txt").write_text("not audio, not picked up from a folder")
+    return root
+
+
+def _rows(path: Path) -> dict[str, dict[str, str]]:
+    with path.open(newline="") as handle:
+        reader = csv.DictReader(handle)
+        assert tuple(reader.fieldnames or ()) == COLUMNS
+        return {Path(row["path"]).name: row for row in reader}
+
+
+def _predict(*args: str | Path) -> int:
+    return main(["predict", *map(str, args), "--no-progress", "--device", "cpu"])
+
+
+def test_every_format_gets_a_row_and_unreadable_files_a_note(tmp_path: Path, recordings: Path,
+                                                              detector_path: Path) -> None:
+    out = tmp_path / "out.csv"
+    assert _predict(recordings, "--model", detector_path, "--out", out) == 0
+    rows = _rows(out)
+    assert set(rows) == {Path(name).name for name, *_ in FORMATS} | {"broken.wav"}
+    for name, seconds, *_ in FORMATS:
+        row = rows[Path(name).name]
+        assert row["status"] == "ok", row["notes"]
+        clips = max(1, int(np.ceil(seconds - 1e-9)))            # 1 s clips cover the recording
+        assert int(row["n_long"]) == 7 * clips == len(row["long_probs"].split())
+        assert row["decision"] in ("LEAK", "NOLEAK")
+        assert (row["rule"], float(row["threshold"])) == ("long_vote", 0.5)
+        probs = np.array(row["long_probs"].split(), dtype=float)
+        over = float(row["frac_long_over"])
+        assert over == pytest.approx((probs >= 0.5).mean(), abs=1e-3)
+        starts = np.array(row["long_starts_s"].split(), dtype=float)
+        assert starts[0] == 0 and starts[-1] == pytest.approx(max(seconds, 1.0) - 0.25, abs=1e-3)
+    assert "zero-padded" in rows["short.wav"]["notes"]
+    broken = rows["broken.wav"]
+    assert broken["status"] == "error" and broken["leak_prob"] == ""
+    assert "broken.wav" in broken["notes"]
+
+
+def test_probabilities_match_the_features_build_computes(tmp_path: Path, recordings: Path,
+                                                         detector_path: Path) -> None:
+    """One clip long: predict's probability equals the model on build's features."""
+    out = tmp_path / "out.csv"
+    assert _predict(recordings / "pcm16.wav", "--model", detector_path, "--out", out) == 0
+    detector = load_detector(detector_path)
+    clips = load_clips(recordings / "pcm16.wav", SMALL_FEATURES, 1, 0.5)
+    mel = torch.from_numpy(clip_features(clips, SMALL_FEATURES)).reshape(-1, 1, 16, 1)
+    with torch.inference_mode():
+        probs = segment_leak_prob(*detector.model(mel), detector.leak_index, "blend")
+    expected = file_scores(probs.numpy().reshape(1, 7, 7), "long_vote", 0.5)[0]
+    assert float(_rows(out)["pcm16.wav"]["leak_prob"]) == pytest.approx(expected, abs=1e-4)
+
+
+def test_resume_skips_done_recordings_and_redoes_a_cut_line(tmp_path: Path, recordings: Path,
+                                                            detector_path: Path) -> None:
+    out = tmp_path / "out.csv"
+    first = [recordings / "pcm16.wav", recordings / "float.wav", recordings / "u8.wav"]
+    assert _predict(*first, "--model", detector_path, "--out", out) == 0
+    lines = out.read_text().splitlines(keepends=True)
+    kept = _rows(out)
+    out.write_text("".join(lines[:-1]) + lines[-1][:25])      # a crash cut the last line
+    everything = [*first, recordings / "short.wav"]
+    assert _predict(*everything, "--model", detector_path, "--out", out, "--resume") == 0
+    rows = _rows(out)
+    names = [Path(line.split(",")[0]).name for line in out.read_text().splitlines()[1:]]
+    assert sorted(names) == sorted(p.name for p in everything)   # each recording once
+    assert rows["pcm16.wav"] == kept["pcm16.wav"] and rows["u8.wav"] == kept["u8.wav"]
+
+
+def test_resume_refuses_a_foreign_csv(tmp_path: Path, recordings: Path, detector_path: Path,
+                                      capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "out.csv"
+    out.write_text("a,b\n1,2\n")
+    assert _predict(recordings, "--model", detector_path, "--out", out, "--resume") == 3
+    assert "not a `leakpipe predict` output" in capsys.readouterr().err
+    assert out.read_text() == "a,b\n1,2\n"
+
+
+def test_small_batches_give_the_same_rows(tmp_path: Path, recordings: Path,
+                                          detector_path: Path) -> None:
+    big, small = tmp_path / "big.csv", tmp_path / "small.csv"
+    assert _predict(recordings, "--model", detector_path, "--out", big) == 0
+    assert _predict(recordings, "--model", detector_path, "--out", small,
+                    "--batch-segments", "5") == 0
+    assert _rows(small) == _rows(big)
+
+
+def test_model_loads_from_an_mlflow_uri(tmp_path: Path, recordings: Path, detector_path: Path,
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DVC_ROOT", str(tmp_path))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", copied_store(tmp_path / "mlruns"))
+    with tracking.start_run("evaluate"):
+        uri = tracking.log_detector(detector_path)
+    assert uri.startswith("models:/")
+    by_file, by_uri = tmp_path / "file.csv", tmp_path / "uri.csv"
+    assert _predict(recordings / "pcm16.wav", "--model", detector_path, "--out", by_file) == 0
+    assert _predict(recordings / "pcm16.wav", "--model", uri, "--out", by_uri) == 0
+    assert _rows(by_uri) == _rows(by_file)
+    assert _predict(recordings, "--model", "models:/m-doesnotexist", "--out", by_uri) == 3

@@ -1,0 +1,236 @@
+"""Stopping and crashing: SIGINT / SIGTERM checkpoint mid-epoch and exit 130 / 143 with the
+MLflow run KILLED; after SIGKILL or a signal, re-running the stage ends exactly like a run that
+was never interrupted (deterministic CPU mode, one thread)."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import itertools
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from leakpipe.config import load_section
+from leakpipe.detector import load_detector
+from leakpipe.tracking import NullTracker
+from leakpipe.train import checkpoint as ck
+from leakpipe.train.fit import FitOptions, FitResult, fit
+from leakpipe.train.interrupt import StopRequested
+from leakpipe.train.session import prepare_training, read_plan
+from leakpipe.train.stage import TAG_PREVIOUS_RUN
+from tests.conftest import REPO
+from tests.test_train_stage import (
+    Workspace,
+    comparable,
+    fresh_mlflow_uri,
+    make_workspace,
+    mlflow_runs,
+    read_metrics,
+    stage_args,
+)
+
+STAGE = REPO / "stages" / "train.py"
+FILES_PER_CLASS = 12        # 60 files x 49 segments: 184 steps of 16 per epoch
+SIGNAL_TRAIN = {"batch_size": 16, "epochs": 2, "warmup_epochs": 0.2}
+QUIET_MONITOR = {"enabled": False, "mlflow_system_metrics": False}   # tested in test_train_stage
+STEP_LINE = "epoch 1 step 5:"   # the loop's log line once epoch index 1 took 5 steps
+WAIT_S = 120
+
+
+def _env(uri: str) -> dict[str, str]:
+    return {**os.environ, "MLFLOW_TRACKING_URI": uri, "OMP_NUM_THREADS": "1",
+            "PYTHONUNBUFFERED": "1"}
+
+
+def _spawn(ws: Workspace, uri: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, str(STAGE), *stage_args(ws)], cwd=REPO,
+                            env=_env(uri), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True)
+
+
+def _finish(ws: Workspace, uri: str) -> None:
+    done = subprocess.run([sys.executable, str(STAGE), *stage_args(ws)], cwd=REPO,
+                          env=_env(uri), capture_output=True, text=True, timeout=WAIT_S)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def _with_params(ws: Workspace, name: str, **train: object) -> Workspace:
+    params = yaml.safe_load(ws.params.read_text())
+    params["train"].update(train)
+    path = ws.root / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(params, sort_keys=False))
+    return dataclasses.replace(ws, params=path, out=ws.root / name)
+
+
+@dataclass(frozen=True)
+class Reference:
+    ws: Workspace
+    uri: str
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> Reference:
+    """One uninterrupted run; every interrupted run of the module must end exactly like it."""
+    root = tmp_path_factory.mktemp("signals")
+    ws = make_workspace(root, files_per_class=FILES_PER_CLASS, train=SIGNAL_TRAIN,
+                        monitor=QUIET_MONITOR)
+    uri = fresh_mlflow_uri(root)
+    _finish(ws, uri)
+    return Reference(ws, uri)
+
+
+def _assert_same_result(ws: Workspace, ref: Workspace) -> None:
+    assert comparable(read_metrics(ws)) == comparable(read_metrics(ref))
+    got, want = load_detector(ws.model), load_detector(ref.model)
+    assert got.threshold == want.threshold
+    for key, value in want.model.state_dict().items():
+        assert torch.equal(got.model.state_dict()[key], value), key
+    assert _history(ws) == _history(ref)
+
+
+def _history(ws: Workspace) -> list[dict[str, str]]:
+    """plots data without the timing columns."""
+    with ws.plots.open() as handle:
+        return [{k: v for k, v in row.items() if not k.startswith("perf/")}
+                for row in csv.DictReader(handle)]
+
+
+def _wait_for(predicate: Callable[[], bool], proc: subprocess.Popen[str]) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while not predicate():
+        assert proc.poll() is None, proc.stderr.read()[-3000:] if proc.stderr else ""
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+
+
+def test_sigkill_then_rerun_ends_like_an_uninterrupted_run(reference: Reference) -> None:
+    ws = dataclasses.replace(reference.ws, out=reference.ws.root / "killed")
+    proc = _spawn(ws, reference.uri)
+    _wait_for(lambda: (ws.checkpoints / "epoch-0000.pt").is_file(), proc)
+    proc.kill()
+    proc.communicate(timeout=WAIT_S)
+    assert not ws.model.exists() and not (ws.checkpoints / ck.FINISHED_NAME).exists()
+    killed = mlflow_runs(reference.uri)[-1]
+    assert killed.info.status == "RUNNING"                  # nobody could close it
+    _finish(ws, reference.uri)
+    assert read_metrics(ws)["epochs_this_run"] < read_metrics(reference.ws)["epochs_run"]
+    _assert_same_result(ws, reference.ws)
+    *_, before, resumed = mlflow_runs(reference.uri)
+    assert before.info.run_id == killed.info.run_id and before.info.status == "KILLED"
+    assert resumed.data.tags[TAG_PREVIOUS_RUN] == killed.info.run_id
+
+
+@pytest.mark.parametrize(("signum", "code", "rerun"), [(signal.SIGINT, 130, True),
+                                                      (signal.SIGTERM, 143, False)])
+def test_signal_checkpoints_mid_epoch_and_the_rerun_ends_the_same(
+        reference: Reference, signum: int, code: int, rerun: bool) -> None:
+    ws = _with_params(reference.ws, f"sig{signum}", log_every_steps=1)
+    proc = _spawn(ws, reference.uri)
+    for line in proc.stderr:
+        if STEP_LINE in line:
+            proc.send_signal(signum)
+            break
+    _, rest = proc.communicate(timeout=WAIT_S)
+    assert proc.returncode == code, rest[-3000:]
+    partial = ck.load_checkpoint(ws.checkpoints / ck.PARTIAL_NAME)["partial"]
+    steps = _batches_per_epoch(ws)
+    assert partial["epoch"] == 1 and 5 <= partial["source"]["position"] < steps
+    assert not ws.model.exists()
+    assert mlflow_runs(reference.uri)[-1].info.status == "KILLED"
+    if not rerun:
+        return
+    _finish(ws, reference.uri)
+    assert not (ws.checkpoints / ck.PARTIAL_NAME).exists()
+    _assert_same_result(ws, reference.ws)
+
+
+def _batches_per_epoch(ws: Workspace) -> int:
+    data = prepare_training(ws.data["train"], ws.data["val"], read_plan(ws.plan),
+                            load_section(ws.params, "train"), torch.device("cpu"))
+    data.close()
+    return len(data.train_source)
+
+
+# ---------------------------------------------------------------------------------------------
+# fit() itself, in process: a stop flag mid-epoch, for both kinds of batch source
+# ---------------------------------------------------------------------------------------------
+
+
+def _fit(ws: Workspace, directory: Path, stop_after: int | None = None) -> FitResult:
+    cfg, model_cfg = load_section(ws.params, "train"), load_section(ws.params, "model")
+    data = prepare_training(ws.data["train"], ws.data["val"], read_plan(ws.plan), cfg,
+                            torch.device("cpu"))
+    polls = itertools.count(1)
+    stop = (lambda: next(polls) > stop_after) if stop_after is not None else None
+    try:
+        return fit(model_cfg, cfg, train_source=data.train_source, val_data=data.val_data,
+                   class_counts=data.class_counts, tracker=NullTracker(),
+                   checkpoint_dir=directory, features=data.features.to_dict(),
+                   options=FitOptions(should_stop=stop, data_id=data.data_id))
+    finally:
+        data.close()
+
+
+@pytest.mark.parametrize("mode", ["ram", "stream"])
+def test_fit_stopped_mid_epoch_resumes_to_the_same_result(tmp_path: Path, mode: str) -> None:
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        ws = make_workspace(tmp_path, files_per_class=4, mode=mode)
+        whole = _fit(ws, tmp_path / "whole")
+        steps = _batches_per_epoch(ws)
+        with pytest.raises(StopRequested) as stopped:      # polls: 1 + steps, 1, then 5 steps
+            _fit(ws, tmp_path / "split", stop_after=steps + 6)
+        assert stopped.value.checkpoint == tmp_path / "split" / ck.PARTIAL_NAME
+        partial = ck.load_checkpoint(stopped.value.checkpoint)
+        assert partial["epoch"] == 0 and partial["partial"]["epoch"] == 1
+        assert partial["partial"]["source"] == {"epoch": 1, "position": 5}
+        resumed = _fit(ws, tmp_path / "split")
+    finally:
+        torch.set_num_threads(threads)
+        torch.use_deterministic_algorithms(False)
+    assert resumed.resumed_from == stopped.value.checkpoint and resumed.epochs_run == 2
+    strip = [{k: v for k, v in h.items() if not k.startswith("perf/")} for h in whole.history]
+    assert strip == [{k: v for k, v in h.items() if not k.startswith("perf/")}
+                     for h in resumed.history]
+    for key, value in whole.model.state_dict().items():
+        assert torch.equal(resumed.model.state_dict()[key], value), key
+    assert not (tmp_path / "split" / ck.PARTIAL_NAME).exists()
+
+
+def test_a_stale_partial_checkpoint_is_ignored(tmp_path: Path) -> None:
+    ws = make_workspace(tmp_path, files_per_class=2, train={"epochs": 2})
+    directory = tmp_path / "ck"
+    with pytest.raises(StopRequested):
+        _fit(ws, directory, stop_after=3)
+    stale = (directory / ck.PARTIAL_NAME).read_bytes()
+    result = _fit(ws, directory)
+    (directory / ck.PARTIAL_NAME).write_bytes(stale)           # older than epoch-0001.pt
+    again = _fit(ws, directory)
+    assert again.epochs_run == 0 and again.best_epoch == result.best_epoch
+    assert not (directory / ck.PARTIAL_NAME).exists()
+
+
+def test_resume_takes_the_best_weights_from_the_epoch_checkpoint(tmp_path: Path) -> None:
+    """best.pt is a convenience copy: a stale or foreign one never becomes the result."""
+    ws = make_workspace(tmp_path, files_per_class=2, train={"epochs": 1, "warmup_epochs": 0.0})
+    directory = tmp_path / "ck"
+    first = _fit(ws, directory)
+    best = ck.load_checkpoint(directory / ck.BEST_NAME)
+    best["model"] = {k: torch.zeros_like(v) for k, v in best["model"].items()}
+    ck.save_atomic(best, directory / ck.BEST_NAME)             # e.g. from a crashed later epoch
+    again = _fit(ws, directory)
+    assert again.epochs_run == 0
+    for key, value in first.model.state_dict().items():
+        assert torch.equal(again.model.state_dict()[key], value), key
+

@@ -1,0 +1,359 @@
+"""The train stage end to end on tiny, learnable splits: detector, metrics, plots, MLflow run.
+
+Also holds the helpers the signal and DDP tests share: ``make_workspace`` writes easy splits
+(class c raises mel bands 2c..2c+2), a real preload plan for them and a params file with a
+tiny model; ``stage_args`` is the stage's command line for a workspace.
+"""
+
+from __future__ import annotations
+
+import atexit
+import dataclasses
+import json
+import logging
+import shutil
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import h5py
+import mlflow
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from leakpipe import cli, tracking
+from leakpipe.build import file_sha256
+from leakpipe.config import PreloadConfig, from_mapping, load_section
+from leakpipe.constants import KNOWN_CLASSES
+from leakpipe.data.batches import PLACEMENT_STREAM
+from leakpipe.data.reader import open_split
+from leakpipe.data.writer import SplitWriter
+from leakpipe.detector import load_detector
+from leakpipe.preload import Budget, plan_training, read_shapes
+from leakpipe.train import checkpoint as ck
+from leakpipe.train import session
+from leakpipe.train.outputs import history_csv, nest
+from tests.conftest import PARAMS
+from tests.helpers_h5 import SMALL_FEATURES
+
+SPLITS = ("train", "val")
+BAND_BOOST_DB = 12.0        # how much a class raises its own mel bands (easy to learn)
+NOISE_DB = 5.0
+TINY_MODEL = {"widths": [8, 8, 16], "dropout": 0.1, "pool_h": 4, "hidden": 16}
+# A threshold grid without 0.5: a saved 0.5 can never pass for the chosen threshold.
+TRAIN = {"device": "cpu", "epochs": 3, "batch_size": 32, "learning_rate": 0.01,
+         "eta_min": 1e-4, "warmup_epochs": 0.5, "threshold_min": 0.1, "threshold_max": 0.85,
+         "threshold_step": 0.15, "early_stop_patience": 5, "keep_last_checkpoints": 2}
+MONITOR = {"interval_s": 0.05, "mlflow_interval_s": 0.5}
+HISTORY_COLUMNS = ("epoch", "train/loss", "val/loss", "val/file_f1", "train/lr")
+_TEMPLATE: dict[str, Path] = {}
+
+
+@dataclass(frozen=True)
+class Workspace:
+    root: Path
+    params: Path
+    data: dict[str, Path]
+    plan: Path
+    out: Path
+
+    @property
+    def model(self) -> Path:
+        return self.out / "models" / "model.pt"
+
+    @property
+    def metrics(self) -> Path:
+        return self.out / "metrics" / "train.json"
+
+    @property
+    def plots(self) -> Path:
+        return self.out / "plots" / "history.csv"
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.out / "checkpoints"
+
+
+def write_easy_split(path: Path, split: str, files_per_class: int, seed: int) -> Path:
+    """Every class; class c's files raise mel bands 2c..2c+2, so the task is learnable."""
+    rng = np.random.default_rng([seed, SPLITS.index(split)])
+    with SplitWriter(path, split, SMALL_FEATURES, KNOWN_CLASSES, chunk_mb=0.01) as writer:
+        for label, name in enumerate(KNOWN_CLASSES):
+            for k in range(files_per_class):
+                mel = rng.normal(-40.0, NOISE_DB, (1, *SMALL_FEATURES.segment_shape))
+                mel[..., 2 * label:2 * label + 3, :] += BAND_BOOST_DB   # (1, L, S, M, T)
+                writer.append(mel.astype(np.float16), label, recording_id=f"{split}/{name}/{k}",
+                              group=f"{split}-site{k % 2}")
+    return path
+
+
+def make_workspace(root: Path, *, files_per_class: int = 8, seed: int = 0,
+                   train: dict[str, Any] | None = None, mode: str = "auto",
+                   monitor: dict[str, Any] | None = None) -> Workspace:
+    """Easy splits, their preload plan (measured here) and a params file with a tiny model."""
+    root.mkdir(parents=True, exist_ok=True)
+    data = {s: write_easy_split(root / f"{s}.h5", s, files_per_class, seed) for s in SPLITS}
+    params = yaml.safe_load(PARAMS.read_text())
+    params["model"] = dict(TINY_MODEL)
+    params["train"].update({**TRAIN, **(train or {})})
+    params["monitor"].update({**MONITOR, **(monitor or {})})
+    params["preload"]["mode"] = mode
+    cfg = from_mapping(PreloadConfig, params["preload"], "preload")
+    shapes = read_shapes(data)
+    plan, budget = plan_training(shapes, cfg)
+    plan_path = root / "preload.json"
+    plan_path.write_text(json.dumps(plan.to_dict(budget, cfg, shapes)))
+    (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    return Workspace(root, root / "params.yaml", data, plan_path, root / "out")
+
+
+def fresh_mlflow_uri(folder: Path) -> str:
+    """An empty, migrated MLflow SQLite store in ``folder``: a copy of one made per session
+    (creating a store runs MLflow's schema migrations, seconds each time)."""
+    if "db" not in _TEMPLATE:
+        template = Path(tempfile.mkdtemp(prefix="leakpipe-mlflow-")) / "mlflow.db"
+        mlflow.MlflowClient(tracking_uri=f"sqlite:///{template}").search_experiments()
+        atexit.register(shutil.rmtree, template.parent, True)
+        _TEMPLATE["db"] = template
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(_TEMPLATE["db"], folder / "mlflow.db")
+    return f"sqlite:///{folder / 'mlflow.db'}"
+
+
+def stage_args(ws: Workspace) -> list[str]:
+    return ["--params", str(ws.params), "--train", str(ws.data["train"]),
+            "--val", str(ws.data["val"]), "--plan", str(ws.plan), "--model", str(ws.model),
+            "--metrics", str(ws.metrics), "--plots", str(ws.plots),
+            "--checkpoints", str(ws.checkpoints), "--no-progress"]
+
+
+def read_metrics(ws: Workspace) -> dict[str, Any]:
+    return json.loads(ws.metrics.read_text())
+
+
+def comparable(metrics: dict[str, Any]) -> dict[str, Any]:
+    """metrics/train.json without timings and per-invocation counts."""
+    return {k: v for k, v in metrics.items() if k not in ("perf", "epochs_this_run")}
+
+
+def mlflow_runs(uri: str) -> list[Any]:
+    client = mlflow.MlflowClient(tracking_uri=uri)
+    experiments = [e.experiment_id for e in client.search_experiments()]
+    return client.search_runs(experiments, order_by=["attributes.start_time ASC"])
+
+
+# ---------------------------------------------------------------------------------------------
+# The stage end to end (one run shared by the module's tests)
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Trained:
+    ws: Workspace
+    uri: str
+    rc: int
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Trained]:
+    root = tmp_path_factory.mktemp("train-stage")
+    ws = make_workspace(root)
+    uri = fresh_mlflow_uri(root)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)            # tiny tensors; immune to a busy machine
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("MLFLOW_TRACKING_URI", uri)
+        rc = cli.main(["train", *stage_args(ws)])
+        yield Trained(ws, uri, rc)
+    torch.set_num_threads(threads)
+    torch.use_deterministic_algorithms(False)
+
+
+def test_stage_writes_a_detector_with_the_threshold_chosen_on_val(trained: Trained) -> None:
+    assert trained.rc == 0
+    metrics = read_metrics(trained.ws)
+    detector = load_detector(trained.ws.model)
+    assert metrics["val"]["file_f1"] == 1.0                       # easy data: every leak found
+    assert detector.threshold == metrics["val"]["file_threshold"] == metrics["threshold"]
+    assert detector.threshold != 0.5 and detector.metrics["val/file_f1"] == 1.0
+    assert detector.class_names == KNOWN_CLASSES and detector.features == SMALL_FEATURES
+    ckpt = ck.load_checkpoint(trained.ws.checkpoints / ck.BEST_NAME)
+    assert ckpt["epoch"] == metrics["best_epoch"] and ckpt["threshold"] == detector.threshold
+    for key, value in ckpt["model"].items():
+        assert torch.equal(detector.model.state_dict()[key], value), key
+
+
+def test_metrics_file_and_plot_data(trained: Trained) -> None:
+    metrics = read_metrics(trained.ws)
+    cfg = load_section(trained.ws.params, "train")
+    assert metrics["epochs_run"] == cfg.epochs == metrics["epochs_this_run"]
+    assert metrics["stop_reason"] == "completed all epochs" and metrics["placement"] == "ram"
+    assert metrics["monitor"] == "val/file_f1"
+    lines = trained.ws.plots.read_text().splitlines()
+    header = lines[0].split(",")
+    assert set(HISTORY_COLUMNS) <= set(header) and header[0] == "epoch"
+    rows = [dict(zip(header, line.split(","), strict=True)) for line in lines[1:]]
+    assert [int(r["epoch"]) for r in rows] == list(range(cfg.epochs))
+    best = rows[metrics["best_epoch"]]
+    assert float(best["val/file_f1"]) == metrics["val"]["file_f1"]
+    assert float(best["train/loss"]) == metrics["train"]["loss"]
+    assert (trained.ws.checkpoints / ck.FINISHED_NAME).is_file()
+
+
+def test_mlflow_run_holds_params_epochs_artifacts_and_model(trained: Trained) -> None:
+    (run,) = mlflow_runs(trained.uri)
+    client = mlflow.MlflowClient(tracking_uri=trained.uri)
+    assert run.info.status == "FINISHED"
+    params = run.data.params
+    assert params["train.seed"] == "42" and params["model.widths"] == "8,8,16"
+    assert params["preload.placement"] == "ram" and params["monitor.spike_factor"] == "3.0"
+    history = client.get_metric_history(run.info.run_id, "val/file_f1")
+    assert sorted(m.step for m in history) == [0, 1, 2]
+    for name in ("perf/step_p50_ms", "perf/step_p99_ms", "perf/data_wait_frac",
+                 "perf/step_spikes", "perf/samples_per_s", "perf/cpu_percent_mean"):
+        assert len(client.get_metric_history(run.info.run_id, name)) == 3, name
+    assert any(k.startswith("system/") for k in run.data.metrics)   # MLflow's own sampler
+    assert run.data.tags[tracking.TAG_MODEL_SHA256] == file_sha256(trained.ws.model)
+    files = _artifacts(client, run.info.run_id)
+    assert {"train/confusion.json", "train/confusion.png", "profile/profile.json",
+            "profile/profile.png", "train/train.json", "train/history.csv"} <= files
+
+
+def test_confusion_artifact_is_the_best_epochs(trained: Trained) -> None:
+    (run,) = mlflow_runs(trained.uri)
+    client = mlflow.MlflowClient(tracking_uri=trained.uri)
+    path = client.download_artifacts(run.info.run_id, "train/confusion.json",
+                                     str(trained.ws.root))
+    confusion = json.loads(Path(path).read_text())
+    best = ck.load_checkpoint(trained.ws.checkpoints / ck.BEST_NAME)
+    assert confusion == best["confusion"]
+    files = np.asarray(confusion["file"])                           # [[tn, fp], [fn, tp]]
+    val_files = 8 * len(KNOWN_CLASSES)
+    assert files.sum() == val_files and files[1, 1] == 8 and files[0, 1] == 0
+    assert np.asarray(confusion["segment"]).sum() == val_files * 49
+
+
+def test_logged_model_has_a_signature_and_predicts(trained: Trained) -> None:
+    (run,) = mlflow_runs(trained.uri)
+    mlflow.set_tracking_uri(trained.uri)
+    models = mlflow.search_logged_models(experiment_ids=[run.info.experiment_id],
+                                         output_format="list")
+    (model,) = [m for m in models if m.name == tracking.MODEL_NAME]
+    assert model.source_run_id == run.info.run_id
+    info = mlflow.models.get_model_info(model.model_uri)
+    assert info.signature is not None and info.saved_input_example_info is not None
+    shape = info.signature.inputs.to_dict()[0]["tensor-spec"]["shape"]
+    assert list(shape) == [-1, 1, 16, 1]
+    pyfunc = mlflow.pyfunc.load_model(model.model_uri)
+    x = np.zeros((3, 1, 16, 1), dtype=np.float32)
+    out = pyfunc.predict(x)                                         # (3, C + 1)
+    assert out.shape == (3, len(KNOWN_CLASSES) + 1)
+    assert np.allclose(out[:, :-1].sum(axis=1), 1.0, atol=1e-5)
+
+
+def _artifacts(client: mlflow.MlflowClient, run_id: str, path: str = "") -> set[str]:
+    out: set[str] = set()
+    for item in client.list_artifacts(run_id, path):
+        out |= _artifacts(client, run_id, item.path) if item.is_dir else {item.path}
+    return out
+
+
+def test_a_finished_run_is_not_resumed_by_the_next_experiment(
+        trained: Trained, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """New params after a finished run: a fresh start, not 'checkpoint written with ...'."""
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", fresh_mlflow_uri(tmp_path))
+    ws = dataclasses.replace(trained.ws, out=tmp_path / "out")
+    for name in (ck.BEST_NAME, ck.FINISHED_NAME, "epoch-0002.pt"):
+        target = ws.checkpoints / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes((trained.ws.checkpoints / name).read_bytes())
+    params = yaml.safe_load(ws.params.read_text())
+    params["train"]["epochs"] = 1
+    params["train"]["warmup_epochs"] = 0.0
+    changed = tmp_path / "params.yaml"
+    changed.write_text(yaml.safe_dump(params))
+    args = stage_args(ws)
+    args[args.index("--params") + 1] = str(changed)
+    assert cli.main(["train", *args]) == 0
+    metrics = read_metrics(ws)
+    assert metrics["epochs_run"] == 1 and metrics["epochs_this_run"] == 1
+    assert not (ws.checkpoints / "epoch-0002.pt").exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# The plan, re-checked on this machine
+# ---------------------------------------------------------------------------------------------
+
+
+def _budget(host_bytes: int) -> Budget:
+    return Budget(host_available=host_bytes, cgroup_limit=None, cgroup_usage=None, gpus=(),
+                  cuda=False, gpu_note="no GPU")
+
+
+@pytest.mark.parametrize(("placement", "host_bytes", "expected"), [
+    ("ram", 2**40, "ram"),               # still fits
+    ("ram", 2**20, PLACEMENT_STREAM),    # the host is now short of memory
+    ("device", 2**40, PLACEMENT_STREAM),  # planned on a GPU machine, trained on a CPU
+    ("stream", 2**20, PLACEMENT_STREAM),
+])
+def test_placement_is_rechecked_at_load_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                             caplog: pytest.LogCaptureFixture, placement: str,
+                                             host_bytes: int, expected: str) -> None:
+    ws = make_workspace(tmp_path, files_per_class=2)
+    plan = json.loads(ws.plan.read_text())
+    plan["placement"] = placement
+    monkeypatch.setattr("leakpipe.preload.measure_budget", lambda: _budget(host_bytes))
+    with caplog.at_level(logging.INFO):
+        got = session.check_placement(plan, ws.data, 32, torch.device("cpu"))
+    assert got == expected
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == (0 if expected == placement else 1)
+    if warnings:
+        assert "streaming instead" in warnings[0].getMessage()
+
+
+def test_prepare_training_streams_when_the_plan_no_longer_fits(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    ws = make_workspace(tmp_path, files_per_class=2)
+    monkeypatch.setattr("leakpipe.preload.measure_budget", lambda: _budget(2**20))
+    cfg = load_section(ws.params, "train")
+    data = session.prepare_training(ws.data["train"], ws.data["val"],
+                                    session.read_plan(ws.plan), cfg, torch.device("cpu"))
+    try:
+        assert data.placement == PLACEMENT_STREAM
+        assert type(data.train_source).__name__ == "StreamSource"
+        assert set(data.data_id) == {"train", "val"}
+    finally:
+        data.close()
+
+
+def test_split_fingerprint_is_stable_and_follows_the_labels(tmp_path: Path) -> None:
+    a = write_easy_split(tmp_path / "a.h5", "train", 2, seed=0)
+    b = write_easy_split(tmp_path / "b.h5", "train", 2, seed=1)      # other values, same labels
+    with open_split(a) as first, open_split(a) as again, open_split(b) as other:
+        assert session.split_fingerprint(first) == session.split_fingerprint(again)
+        assert session.split_fingerprint(first) == session.split_fingerprint(other)
+    with h5py.File(b, "r+") as h5:
+        h5["labels"][0] = 1
+    with open_split(a) as first, open_split(b) as changed:
+        assert session.split_fingerprint(first) != session.split_fingerprint(changed)
+
+
+# ---------------------------------------------------------------------------------------------
+# Output helpers
+# ---------------------------------------------------------------------------------------------
+
+
+def test_nest_turns_hierarchical_names_into_groups() -> None:
+    assert nest({"val/file_f1": 1.0, "val/pred_share/LEAK": 0.2, "best_epoch": 3}) == {
+        "val": {"file_f1": 1.0, "pred_share": {"LEAK": 0.2}}, "best_epoch": 3}
+
+
+def test_history_csv_has_a_column_per_metric_and_blank_gaps() -> None:
+    text = history_csv([{"epoch": 0.0, "train/loss": 1.5},
+                        {"epoch": 1.0, "train/loss": 0.5, "perf/step_p50_ms": 2.0}])
+    assert text.splitlines() == ["epoch,perf/step_p50_ms,train/loss", "0,,1.5", "1,2.0,0.5"]

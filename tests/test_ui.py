@@ -1,0 +1,106 @@
+"""`leakpipe ui`: the MLflow server on the project's store lists the pipeline's runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from leakpipe import tracking
+from leakpipe.cli import build_parser, main
+from tests.helpers_detector import copied_store, restore_logging
+
+STARTUP_S = 60.0      # bounded wait for the server to answer
+POLL_S = 0.5
+STOP_S = 10.0
+HOST = "127.0.0.1"
+
+_keep_logging = pytest.fixture(autouse=True)(restore_logging)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind((HOST, 0))
+        return int(sock.getsockname()[1])
+
+
+def _post(url: str, body: dict) -> dict:
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=5) as response:
+        return json.loads(response.read())
+
+
+def _wait_for(url: str, body: dict, server: subprocess.Popen) -> dict:
+    deadline = time.monotonic() + STARTUP_S
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            pytest.fail(f"the UI server exited with {server.returncode}")
+        try:
+            return _post(url, body)
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            time.sleep(POLL_S)
+    pytest.fail(f"the UI server did not answer within {STARTUP_S:.0f} s")
+
+
+def _stop(server: subprocess.Popen) -> None:
+    """End the server and its workers: the process group this test started."""
+    if server.poll() is None:
+        os.killpg(server.pid, signal.SIGTERM)
+        try:
+            server.wait(STOP_S)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait(STOP_S)
+
+
+def test_defaults_bind_to_localhost() -> None:
+    args = build_parser().parse_args(["ui"])
+    assert (args.host, args.port) == ("127.0.0.1", 5000)
+
+
+def test_remote_tracking_starts_nothing(monkeypatch: pytest.MonkeyPatch,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://mlflow.example:5000")
+    monkeypatch.setattr(subprocess, "call", lambda *a, **k: pytest.fail("server started"))
+    assert main(["ui"]) == 0
+    assert "http://mlflow.example:5000" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_ui_lists_the_runs_of_a_pipeline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    uri = copied_store(tmp_path / "mlruns")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.setenv("DVC_ROOT", str(tmp_path))
+    run_ids = {}
+    for stage in ("build", "evaluate"):
+        with tracking.start_run(stage) as run:
+            run.log_metrics({f"{stage}/seconds": 1.0})
+        run_ids[stage] = run.run_id
+    port = _free_port()
+    env = {**os.environ, "MLFLOW_TRACKING_URI": uri, "DVC_ROOT": str(tmp_path)}
+    server = subprocess.Popen([sys.executable, "-m", "leakpipe.cli", "ui", "--port", str(port)],
+                              cwd=tmp_path, env=env, start_new_session=True,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        base = f"http://{HOST}:{port}/api/2.0/mlflow"
+        found = _wait_for(f"{base}/experiments/search", {"max_results": 10}, server)
+        experiment = next(e for e in found["experiments"]
+                          if e["name"] == tracking.DEFAULT_EXPERIMENT)
+        runs = _post(f"{base}/runs/search", {"experiment_ids": [experiment["experiment_id"]]})
+    finally:
+        _stop(server)
+    listed = {r["info"]["run_id"]: r for r in runs["runs"]}
+    assert set(listed) == set(run_ids.values())
+    tags = {t["key"]: t["value"] for t in listed[run_ids["evaluate"]]["data"]["tags"]}
+    assert tags[tracking.TAG_STAGE] == "evaluate"
+    assert server.returncode is not None
