@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import logging
 from pathlib import Path
 
 from leakpipe import tracking
@@ -13,7 +12,6 @@ from leakpipe.config import load_section
 
 NAME = "synth"
 HELP = "generate synthetic pipe recordings (WAV) and their manifest.csv"
-log = logging.getLogger(__name__)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -34,6 +32,4 @@ def run(args: argparse.Namespace) -> int:
         run.log_metrics({"synth/recordings": info["n_recordings"],
                          "synth/seconds": info["seconds"]})
         run.log_dict(info, "synth_summary.json")
-    log.info("synth: %d recordings from %d sites in %.1f s -> %s", info["n_recordings"],
-             info["n_sites"], info["seconds"], args.out)
     return 0
