@@ -254,15 +254,15 @@ def start_run(stage: str, *, tags: Mapping[str, str] | None = None,
                            run_name=stage, nested=nested, parent_run_id=parent_run_id,
                            tags=run_tags(stage, root, tags), log_system_metrics=system_metrics)
     log.info("mlflow run %s (%s) in %s", run.info.run_id, stage, uri)
+    status = "FAILED"  # stays so for any exception that leaves the block
     try:
         yield MlflowTracker(run.info.run_id)
+        status = "FINISHED"
     except KeyboardInterrupt:
-        mlflow.end_run(status="KILLED")
+        status = "KILLED"
         raise
-    except BaseException:
-        mlflow.end_run(status="FAILED")
-        raise
-    mlflow.end_run(status="FINISHED")
+    finally:
+        mlflow.end_run(status=status)
 
 
 @contextlib.contextmanager
