@@ -1,17 +1,25 @@
 """Evaluation throughput: leakpipe's batched evaluation vs the forward-only ceiling and the
 original per-file loop, measured in one run on one synthetic split.
 
-Three ways to score every file of the split with the same LeakCNN (the params' `model`, random
-weights; what is measured does not depend on them):
+Ways to score every file of the split with the same trained weights (a LeakCNN built from the
+params' `model`, random weights; what is measured does not depend on them). leakpipe runs the
+network's exact inference form (``leakpipe.inference``: 1-D convolutions for one-frame
+segments); the original ran the LeakCNN module itself:
 
-1. ceiling: the forward pass alone on one batch of whole files already in place (float32, on
-   the device), repeated for as many batches as the split holds: the compute bound;
-2. leakpipe: ``leakpipe.evaluate.forward.score_split`` over ``FileOrderBatches`` sized by the
-   memory budget (``batch_segments``), then every threshold of the evaluate grid decided by the
-   rule in one pass (``file_decisions``); the split resident in RAM (``ram``, loaded before the
-   clock starts, load time reported) and streamed from HDF5 (``stream``, reads included);
-3. per-file loop (the original): per file one h5py read, one forward pass, one host copy of its
-   probabilities, then its vote.
+1. ceiling: the inference form's forward pass alone on batches of whole files already in place
+   (float32, on the device), as many and as large as leakpipe's: the compute bound;
+2. leakpipe: ``leakpipe.evaluate.forward.score_split`` with the inference form over
+   ``FileOrderBatches`` sized by the memory budget (``batch_segments``), then every threshold of
+   the evaluate grid decided by the rule in one pass (``file_decisions``); the split resident in
+   RAM (``ram``, loaded before the clock starts, load time reported) and streamed from HDF5
+   (``stream``, reads included);
+3. per-file loop (the original): per file one h5py read, one forward pass of the LeakCNN module,
+   one host copy of its probabilities, then its vote;
+4. per-file loop with the inference form: the same loop on leakpipe's network, to show how much
+   of the gain is batching and how much the inference form.
+
+The process keeps freed host memory for reuse as the evaluate command does
+(``leakpipe.allocator``); every mode runs under the same setting.
 
 Modes are interleaved in rounds; ratios of the median and of the best round are reported (the
 machine may be shared: interference only adds time).
@@ -24,6 +32,7 @@ Targets (issue 6): leakpipe >= 0.9 x the ceiling and >= 5 x the per-file loop.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import os
@@ -39,13 +48,15 @@ import numpy as np
 import torch
 from torch import nn
 
+from leakpipe.allocator import retain_freed_memory
 from leakpipe.config import EvaluateConfig, FeatureConfig, ModelConfig, load_section
 from leakpipe.constants import H5_MEL, KNOWN_CLASSES
 from leakpipe.data.batches import FileOrderBatches, load_resident, read_split_info
 from leakpipe.data.schema import leak_index
 from leakpipe.data.writer import SplitWriter
-from leakpipe.evaluate.forward import batch_segments, resolve_device, score_split
+from leakpipe.evaluate.forward import batch_segments, resolve_device, score_split, segment_cap
 from leakpipe.evaluate.voting import file_decisions, segment_leak_prob, threshold_grid
+from leakpipe.inference import inference_form
 from leakpipe.model import create_model
 from leakpipe.train.loop import Precision, resolve_precision
 
@@ -85,9 +96,10 @@ class Bench:
         self.leak = leak_index(self.info.classes)
         self.model: nn.Module = create_model(model_cfg, len(self.info.classes)).to(self.device)
         self.model.eval()
+        self.fast = inference_form(self.model, self.info.mel_shape[-1])   # what leakpipe runs
         self.grid = threshold_grid(cfg.threshold_min, cfg.threshold_max, cfg.threshold_step)
-        self.segments = batch_segments(model_cfg, self.info.mel_shape, self.device, MEMORY,
-                                       cfg.max_batch_segments)
+        cap = segment_cap(cfg.max_batch_segments, cfg.cpu_max_batch_segments, self.device)
+        self.segments = batch_segments(model_cfg, self.info.mel_shape, self.device, MEMORY, cap)
         self.channels_last = self.device.type == "cuda"
         start = time.perf_counter()
         self.resident = load_resident(path, "ram", self.device, binary=False)
@@ -104,7 +116,7 @@ class Bench:
         start = time.perf_counter()
         with torch.inference_mode(), self.precision.autocast():
             for first, end in batches.ranges():                 # the same batch sizes
-                self.model(x[:(end - first) * spf])
+                self.fast(x[:(end - first) * spf])
         sync(self.device)
         return time.perf_counter() - start
 
@@ -112,13 +124,13 @@ class Bench:
         source = self.resident if placement == "ram" else self.info
         start = time.perf_counter()
         batches = FileOrderBatches(source, self.segments, device=self.device)
-        scores = score_split(self.model, batches, self.cfg.prob_mode, self.precision,
+        scores = score_split(self.fast, batches, self.cfg.prob_mode, self.precision,
                              channels_last=self.channels_last)
         file_decisions(scores.seg_probs, self.grid, self.cfg.rule, self.cfg.vote_fraction)
         return time.perf_counter() - start
 
-    def per_file(self) -> float:
-        """The original: one read, one forward, one host copy per file."""
+    def per_file(self, model: nn.Module) -> float:
+        """The original loop: one read, one forward, one host copy per file."""
         n_long, n_short, n_mels, n_frames = self.info.segment_shape
         start = time.perf_counter()
         with h5py.File(self.path, "r") as f, torch.inference_mode():
@@ -127,7 +139,7 @@ class Bench:
                 x = torch.from_numpy(mel[i]).reshape(-1, 1, n_mels, n_frames)
                 x = x.to(self.device).float()                           # (L * S, 1, M, T)
                 with self.precision.autocast():
-                    logits, leak_logit = self.model(x)
+                    logits, leak_logit = model(x)
                 probs = segment_leak_prob(logits, leak_logit, self.leak, self.cfg.prob_mode)
                 probs = probs.cpu().numpy().reshape(1, n_long, n_short)
                 file_decisions(probs, self.grid, self.cfg.rule, self.cfg.vote_fraction)
@@ -175,18 +187,32 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds")
     parser.add_argument("--out", type=Path,
                         default=REPO / "benchmarks" / "results" / "evaluate.json")
+    parser.add_argument("--cap", type=int, default=None,
+                        help="evaluate.(cpu_)max_batch_segments (default: params.yaml)")
+    parser.add_argument("--amp", choices=("auto", "off", "fp16", "bf16"), default=None,
+                        help="evaluate.amp for every mode (default: params.yaml)")
     args = parser.parse_args()
+    retained = retain_freed_memory()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     params = REPO / "params.yaml"
     features = load_section(params, "build").features
     with tempfile.TemporaryDirectory(prefix="leakpipe-bench-eval-") as tmp:
         path = Path(tmp) / "test.h5"
         write_split(path, features, args.files)
-        bench = Bench(path, load_section(params, "model"), load_section(params, "evaluate"))
+        cfg = load_section(params, "evaluate")
+        if args.cap is not None:
+            cfg = dataclasses.replace(cfg, max_batch_segments=args.cap,
+                                      cpu_max_batch_segments=args.cap)
+        if args.amp is not None:
+            cfg = dataclasses.replace(cfg, amp=args.amp)
+        bench = Bench(path, load_section(params, "model"), cfg)
         result = describe(bench, args.files)
+        result["machine"]["freed_memory_retained"] = retained
         times = rounds({"ceiling": bench.ceiling, "leakpipe_ram": lambda: bench.leakpipe("ram"),
                         "leakpipe_stream": lambda: bench.leakpipe("stream"),
-                        "per_file": bench.per_file}, args.rounds)
+                        "per_file": lambda: bench.per_file(bench.model),
+                        "per_file_inference_form": lambda: bench.per_file(bench.fast)},
+                       args.rounds)
     result["modes"] = summarise(times, args.files)
     result["ratios"] = {"median": ratios(result["modes"], "files_per_s"),
                         "best": ratios(result["modes"], "best_files_per_s")}
@@ -204,6 +230,8 @@ def ratios(modes: dict[str, dict[str, float]], key: str) -> dict[str, float | bo
         "stream_vs_ceiling": rate["leakpipe_stream"] / rate["ceiling"],
         "ram_vs_per_file": rate["leakpipe_ram"] / rate["per_file"],
         "stream_vs_per_file": rate["leakpipe_stream"] / rate["per_file"],
+        "batching_alone": rate["leakpipe_ram"] / rate["per_file_inference_form"],
+        "inference_form_alone": rate["per_file_inference_form"] / rate["per_file"],
     }
     out["meets_ceiling_target"] = min(out["ram_vs_ceiling"], out["stream_vs_ceiling"]) >= \
         TARGET_CEILING

@@ -331,6 +331,7 @@ class EvaluateConfig:
     device: Literal["auto", "cpu", "cuda"]
     amp: Literal["auto", "off", "fp16", "bf16"]
     max_batch_segments: int = num(ge=1)
+    cpu_max_batch_segments: int = num(ge=1)
 
     def problems(self) -> list[tuple[str, str]]:
         if self.threshold_min > self.threshold_max:

@@ -21,6 +21,7 @@ from leakpipe.config import FeatureConfig, ModelConfig, from_mapping
 from leakpipe.data.schema import leak_index
 from leakpipe.errors import DataError
 from leakpipe.evaluate.voting import VotingConfig
+from leakpipe.inference import inference_form
 from leakpipe.model import create_model
 from leakpipe.train.checkpoint import model_state, save_atomic
 
@@ -45,6 +46,10 @@ class Detector:
     @property
     def leak_index(self) -> int:
         return leak_index(self.class_names)
+
+    def inference_model(self) -> nn.Module:
+        """The model's exact, faster inference form for this detector's segments."""
+        return inference_form(self.model, self.features.segment_shape[-1])
 
 
 def save_detector(path: Path, *, model: nn.Module, model_cfg: ModelConfig,

@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch import nn
 from tqdm import tqdm
 
 from leakpipe import tracking
@@ -35,7 +36,7 @@ from leakpipe.audio.io import AudioError, make_clips, read_audio, resample
 from leakpipe.constants import AUDIO_SUFFIXES
 from leakpipe.detector import Detector, load_detector
 from leakpipe.errors import DataError
-from leakpipe.evaluate.forward import batch_segments
+from leakpipe.evaluate.forward import batch_segments, segment_cap
 from leakpipe.evaluate.report import DECISION_NAMES
 from leakpipe.evaluate.voting import file_scores, long_segment_probs, segment_leak_prob
 from leakpipe.features.mel import clip_features
@@ -48,7 +49,8 @@ COLUMNS = ("path", "status", "leak_prob", "decision", "threshold", "rule", "prob
            "long_probs", "notes")
 STATUS_OK, STATUS_ERROR = "ok", "error"
 MIN_CLIP_FRACTION = 0.5    # a recording shorter than this share of one clip is unusable
-MAX_BATCH_SEGMENTS = 16384
+MAX_BATCH_SEGMENTS = 16384      # as evaluate.max_batch_segments
+CPU_MAX_BATCH_SEGMENTS = 1024   # as evaluate.cpu_max_batch_segments
 MEMORY = {"safety": 0.5, "host_reserve_mb": 1024.0, "device_reserve_mb": 1024.0}
 DECIMALS = 4               # probabilities and times in the CSV
 
@@ -128,16 +130,19 @@ def _prepare_all(paths: Sequence[Path], detector: Detector) -> Iterator[Prepared
             yield Failed(path, f"{path}: {exc.strerror or exc}")
 
 
-def score_segments(detector: Detector, mel: np.ndarray, device: torch.device,
+def score_segments(detector: Detector, model: nn.Module, mel: np.ndarray, device: torch.device,
                    precision: Precision, budget: int) -> np.ndarray:
-    """(clips, L, S, M, T) of many recordings -> (clips, L, S) leak probabilities."""
+    """(clips, L, S, M, T) of many recordings -> (clips, L, S) leak probabilities.
+
+    ``model`` is the detector's network on ``device`` (its inference form, usually).
+    """
     x = torch.from_numpy(mel).reshape(-1, 1, *mel.shape[-2:])        # (N, 1, M, T)
     probs = []
     with torch.inference_mode():
         for start in range(0, len(x), budget):
             batch = to_device(x[start:start + budget], device, False)  # (B, 1, M, T)
             with precision.autocast():
-                logits, leak_logit = detector.model(batch)            # (B, C), (B,)
+                logits, leak_logit = model(batch)                     # (B, C), (B,)
             probs.append(segment_leak_prob(logits, leak_logit, detector.leak_index,
                                            detector.voting.prob_mode))
     return torch.cat(probs).cpu().numpy().reshape(mel.shape[:3])
@@ -206,22 +211,26 @@ def _start_output(path: Path, rows: list[dict[str, str]]) -> None:
 
 def predict(paths: Sequence[Path], detector: Detector, out: Path, *, device: torch.device,
             precision: Precision, resume: bool = False, progress: bool = True,
-            max_batch_segments: int = MAX_BATCH_SEGMENTS) -> PredictSummary:
-    """Score every recording under ``paths`` into the CSV ``out``."""
+            max_batch_segments: int | None = None) -> PredictSummary:
+    """Score every recording under ``paths`` into the CSV ``out``.
+
+    ``max_batch_segments``: most segments per forward pass (default: by device type).
+    """
     start = time.perf_counter()
     kept = completed_rows(out) if resume else []
     done = {row["path"] for row in kept}
     todo = [p for p in find_recordings(paths) if str(p) not in done]
     _start_output(out, kept)
-    detector.model.to(device).eval()
+    model = detector.inference_model().to(device)
+    cap = max_batch_segments or segment_cap(MAX_BATCH_SEGMENTS, CPU_MAX_BATCH_SEGMENTS, device)
     budget = batch_segments(detector.model_cfg, detector.features.segment_shape[2:], device,
-                            MEMORY, max_batch_segments)
+                            MEMORY, cap)
     counts = {"written": 0, "errors": 0, "leaks": 0}
     with out.open("a", newline="") as handle, \
             tqdm(total=len(todo), desc="predict", unit="rec", disable=not progress) as bar:
         writer = csv.DictWriter(handle, fieldnames=COLUMNS)
         for group in _groups(_prepare_all(todo, detector), budget):
-            rows = _score_group(group, detector, device, precision, budget)
+            rows = _score_group(group, detector, model, device, precision, budget)
             writer.writerows(rows)
             handle.flush()
             _count(counts, rows)
@@ -245,13 +254,15 @@ def _groups(items: Iterator[Prepared | Failed],
         yield group
 
 
-def _score_group(group: list[Prepared | Failed], detector: Detector, device: torch.device,
-                 precision: Precision, budget: int) -> list[dict[str, Any]]:
+def _score_group(group: list[Prepared | Failed], detector: Detector, model: nn.Module,
+                 device: torch.device, precision: Precision,
+                 budget: int) -> list[dict[str, Any]]:
     ready = [item for item in group if isinstance(item, Prepared)]
     probs: list[np.ndarray] = []
     if ready:
         mel = np.concatenate([p.mel for p in ready])                  # (clips, L, S, M, T)
-        all_probs = score_segments(detector, mel, device, precision, budget)  # (clips, L, S)
+        all_probs = score_segments(detector, model, mel, device, precision,
+                                   budget)                            # (clips, L, S)
         probs = np.split(all_probs, np.cumsum([len(p.mel) for p in ready])[:-1])
     by_path = {p.path: (p, q) for p, q in zip(ready, probs, strict=True)}
     return [result_row(*by_path[item.path], detector) if isinstance(item, Prepared)

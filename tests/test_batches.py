@@ -220,12 +220,27 @@ def test_reader_error_reaches_the_consumer_and_the_thread_stops(
         real(mel, start, stop, out)
 
     monkeypatch.setattr(batches, "_read_rows", failing)
+    monkeypatch.setattr(batches, "EVAL_READ_BYTES", 1)    # one read per batch: several reads
     baseline = threading.active_count()
     source = (make("stream", split) if kind == "train"
               else make_eval_batches(split, "stream", 2 * BATCH, binary=True))
     with pytest.raises(OSError, match="disk gone"):
         list(source)
     assert threading.active_count() == baseline and not reader_threads()
+
+
+def test_stream_eval_reads_whole_batches_in_few_reads(
+        split: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    source = make_eval_batches(split, "stream", 1, binary=True)          # one file per batch
+    resident = make_eval_batches(split, "ram", 1, binary=True)
+    monkeypatch.setattr(batches, "EVAL_READ_BYTES", 3 * source.info.file_bytes)
+    reads = source.read_ranges()
+    assert len(reads) == -(-source.info.n_files // 3) < len(source.ranges())
+    assert {b for _, b in reads} <= {b for _, b in source.ranges()}       # batch boundaries
+    got, want = list(source), list(resident)
+    assert len(got) == len(want) == len(source.ranges())
+    for (x, y, f), (rx, ry, rf) in zip(got, want, strict=True):
+        assert torch.equal(x, rx) and torch.equal(y, ry) and torch.equal(f, rf)
 
 
 @pytest.mark.parametrize("budget", [100, 30])

@@ -18,6 +18,7 @@ from leakpipe.build import file_sha256
 from leakpipe.cli import main
 from leakpipe.config import EvaluateConfig, load_section
 from leakpipe.constants import H5_LABELS, KNOWN_CLASSES
+from leakpipe.data.batches import read_split_info
 from leakpipe.detector import load_detector
 from leakpipe.errors import DataError
 from leakpipe.evaluate import forward
@@ -119,14 +120,18 @@ def test_target_criterion_reaches_its_target_on_val(project: Path,
 
 def test_placements_and_batch_sizes_give_the_same_scores(project: Path,
                                                          cfg: EvaluateConfig) -> None:
+    spf = read_split_info(project / "data" / "processed" / "test.h5", True).segments_per_file
+    cfg = dataclasses.replace(cfg, cpu_max_batch_segments=10**6)
     ram = _evaluate(project, cfg)
     stream = _evaluate(project, cfg, placement="stream")
     one_file = _evaluate(project, dataclasses.replace(cfg, max_batch_segments=1))
-    for other in (stream, one_file):
+    cpu_capped = _evaluate(project, dataclasses.replace(cfg, cpu_max_batch_segments=3 * spf))
+    for other in (stream, one_file, cpu_capped):
         np.testing.assert_allclose(other.test.scores.seg_probs, ram.test.scores.seg_probs,
                                    atol=1e-6)
         assert other.metrics["test/file_f1"] == ram.metrics["test/file_f1"]
     assert one_file.test.scores.batch_files == 1
+    assert cpu_capped.test.scores.batch_files == 3               # on CPU, the CPU cap
     assert ram.test.scores.batch_files == SPLIT_FILES["test"]   # every file in one pass
 
 

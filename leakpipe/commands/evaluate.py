@@ -48,12 +48,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from leakpipe.allocator import retain_freed_memory
     from leakpipe.build import file_sha256
     from leakpipe.detector import load_detector
     from leakpipe.evaluate.run import evaluate_detector, write_outputs
     from leakpipe.train.session import read_plan
 
     cfg = load_section(args.params, NAME)
+    retain_freed_memory()                 # CPU inference reuses its activation buffers
     detector = load_detector(args.model)
     plan = read_plan(args.plan)
     paths = {split: args.data_dir / f"{split}.h5" for split in ("val", "test")}

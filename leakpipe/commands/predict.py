@@ -31,21 +31,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
                         help="where the model runs (default: auto = cuda when available)")
     parser.add_argument("--batch-segments", type=positive_int, default=None,
-                        help="most segments per forward pass (default: sized from free memory)")
+                        help="most segments per forward pass (default: sized from free memory, "
+                             "at most 16384 on CUDA and 1024 on CPU)")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
 
 def run(args: argparse.Namespace) -> int:
+    from leakpipe.allocator import retain_freed_memory
     from leakpipe.evaluate.forward import resolve_device
-    from leakpipe.predict import MAX_BATCH_SEGMENTS, load, predict
+    from leakpipe.predict import load, predict
     from leakpipe.train.loop import resolve_precision
 
     device = resolve_device(args.device, "--device")
+    retain_freed_memory()                 # CPU inference reuses its activation buffers
     detector = load(args.model)
     summary = predict(args.paths, detector, args.out, device=device,
                       precision=resolve_precision("auto", device), resume=args.resume,
                       progress=not args.no_progress,
-                      max_batch_segments=args.batch_segments or MAX_BATCH_SEGMENTS)
+                      max_batch_segments=args.batch_segments)
     print(f"predict: {summary.written} recordings ({summary.leaks} LEAK, {summary.errors} "
           f"unreadable, {summary.skipped} kept from before) in {summary.seconds:.1f} s -> "
           f"{args.out} (rule {detector.voting.rule}, threshold {detector.threshold:g})")

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import bisect
 import logging
+import math
 import mmap
 import time
 import weakref
@@ -51,7 +52,8 @@ PLACEMENT_RAM = "ram"         # the whole split in (pinned on CUDA) host memory
 PLACEMENT_STREAM = "stream"   # read from HDF5 while training
 PLACEMENTS: tuple[str, ...] = (PLACEMENT_DEVICE, PLACEMENT_RAM, PLACEMENT_STREAM)
 DEFAULT_BUFFER_CHUNKS = 16    # HDF5 chunks per shuffle window of the stream source
-EVAL_READ_AHEAD = 2           # file-order batches read ahead by the stream eval reader
+EVAL_READ_AHEAD = 2           # file-order reads queued ahead by the stream eval reader
+EVAL_READ_BYTES = 8 * 2**20   # bytes per stream eval read (whole batches): few, large reads
 SEED_MASK = 2**63 - 1         # torch.Generator.manual_seed takes a 64-bit signed seed
 _TORCH_DTYPES = {"float16": torch.float16, "float32": torch.float32}
 
@@ -89,6 +91,10 @@ class SplitInfo:
     @property
     def mel_shape(self) -> tuple[int, int]:
         return self.segment_shape[2], self.segment_shape[3]
+
+    @property
+    def file_bytes(self) -> int:
+        return math.prod(self.segment_shape) * self.dtype.itemsize
 
 
 def read_split_info(path: Path | str, binary: bool) -> SplitInfo:
@@ -634,9 +640,26 @@ class FileOrderBatches:
             yield from timed(self._feed(self._resident_batches(), self._finish), self.wait_times)
             return
         with BackgroundReader(self.info.path, "leakpipe-eval-reader") as reader:
-            jobs = (self._block_job(r) for r in self.ranges())
-            host = reader.map(jobs, depth=EVAL_READ_AHEAD)
+            jobs = (self._block_job(r) for r in self.read_ranges())
+            host = self._split(reader.map(jobs, depth=EVAL_READ_AHEAD))
             yield from timed(self._feed(host, self._finish), self.wait_times)
+
+    def read_ranges(self) -> list[tuple[int, int]]:
+        """File ranges read at once when streaming: whole batches, about EVAL_READ_BYTES.
+
+        Small forward passes (CPU) would otherwise mean many small HDF5 reads, each paying the
+        per-call cost on the cores the forward pass needs.
+        """
+        batch_bytes = self.files_per_batch * self.info.file_bytes
+        per_read = self.files_per_batch * max(1, EVAL_READ_BYTES // max(1, batch_bytes))
+        return _chunk_ranges(self.info.n_files, per_read)
+
+    def _split(self, blocks: Iterable[HostBatch]) -> Iterator[HostBatch]:
+        """Cut read blocks into the batches of ``ranges()`` (views, no copies)."""
+        step = self.files_per_batch * self.info.segments_per_file
+        for x, files in blocks:
+            for a in range(0, len(x), step):
+                yield x[a:a + step], files[a:a + step]
 
     def _block_job(self, rows: tuple[int, int]) -> Callable[[h5py.Dataset], HostBatch]:
         return lambda mel: read_file_block(mel, [rows], self.info, self._pin)

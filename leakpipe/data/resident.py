@@ -9,18 +9,16 @@ estimate can be compared with reality in tests, in benchmarks and again by train
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import gc
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 from typing import TypeVar
 
 import psutil
 import torch
 
+from leakpipe.allocator import trim_heap
 from leakpipe.data.batches import Batch, ResidentData, ResidentSource, load_resident
 
 T = TypeVar("T")
@@ -55,26 +53,10 @@ class HeldSplit:
     batches: list[Batch]
 
 
-@lru_cache(maxsize=1)
-def _libc() -> ctypes.CDLL | None:
-    name = ctypes.util.find_library("c")
-    try:
-        return ctypes.CDLL(name) if name else None
-    except OSError:
-        return None
-
-
-def _trim_heap() -> None:
-    """Give freed heap memory back to the OS (glibc), so RSS growth is not hidden by reuse."""
-    libc = _libc()
-    if libc is not None and hasattr(libc, "malloc_trim"):
-        libc.malloc_trim(0)
-
-
 def sample_memory(device: torch.device | str = "cpu") -> MemorySample:
     """Host RSS and CUDA bytes allocated now, after collecting garbage."""
     gc.collect()
-    _trim_heap()
+    trim_heap()
     device = torch.device(device)
     cuda = 0
     if device.type == "cuda":

@@ -3,8 +3,9 @@
 Batches come from ``FileOrderBatches`` (resident in RAM / on the GPU, or streamed from HDF5 with
 read-ahead, as the preload plan placed the data). Their size is a segment budget derived from
 the memory free now and the preload plan's safety and reserves, capped by
-``evaluate.max_batch_segments``; never a fixed number. Outputs stay on the device until the end
-of the split, then come back in one transfer per output.
+``evaluate.max_batch_segments`` (``cpu_max_batch_segments`` on CPU); never a fixed number. The
+network runs in its exact inference form (``leakpipe.inference``). Outputs stay on the device
+until the end of the split, then come back in one transfer per output.
 """
 
 from __future__ import annotations
@@ -97,6 +98,15 @@ def batch_segments(model_cfg: ModelConfig, mel_shape: tuple[int, int], device: t
         log.warning("evaluation: free memory allows less than one segment per batch "
                     "(%d bytes usable); going on with one file per batch", usable)
     return int(max(1, min(cap, fits)))
+
+
+def segment_cap(max_segments: int, cpu_max_segments: int, device: torch.device) -> int:
+    """The most segments per forward pass on ``device``.
+
+    On CPU a pass of a few files already keeps every core busy, and larger passes only fall
+    out of the caches (measured: benchmarks/bench_evaluate.py), so CPUs get the smaller cap.
+    """
+    return max_segments if device.type == "cuda" else min(max_segments, cpu_max_segments)
 
 
 def eval_placement(placement: str, device: torch.device) -> str:

@@ -41,6 +41,7 @@ from leakpipe.evaluate.forward import (
     open_batches,
     resolve_device,
     score_split,
+    segment_cap,
 )
 from leakpipe.evaluate.metrics import diagnose
 from leakpipe.evaluate.plots import PLOT_FILES, plot_data
@@ -152,7 +153,7 @@ def evaluate_detector(detector: Detector, paths: Mapping[str, Path], plan: Mappi
                       cfg: EvaluateConfig, *, progress: bool = False) -> Evaluation:
     """Choose the operating point on ``paths['val']``, report it on ``paths['test']``."""
     setup = _setup(plan, cfg, progress)
-    model = detector.model.to(setup.device)
+    model = detector.inference_model().to(setup.device)
     val_table = read_file_table(paths[VAL], detector)
     val_scores = _score(model, detector, paths[VAL], setup, cfg, VAL)
     point = select_operating_point(
@@ -189,7 +190,8 @@ def _setup(plan: Mapping[str, Any], cfg: EvaluateConfig, progress: bool) -> _Set
     return _Setup(device=device, precision=resolve_precision(cfg.amp, device),
                   channels_last=device.type == "cuda",
                   placement=eval_placement(plan["placement"], device),
-                  memory=plan_memory(plan), cap=cfg.max_batch_segments, progress=progress)
+                  memory=plan_memory(plan), progress=progress,
+                  cap=segment_cap(cfg.max_batch_segments, cfg.cpu_max_batch_segments, device))
 
 
 def _score(model: Any, detector: Detector, path: Path, setup: _Setup, cfg: EvaluateConfig,
