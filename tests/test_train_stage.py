@@ -255,6 +255,14 @@ def test_logged_model_has_a_signature_and_predicts(trained: Trained) -> None:
     assert np.allclose(out[:, :-1].sum(axis=1), 1.0, atol=1e-5)
 
 
+def test_train_run_logs_the_detector_file_for_predict(trained: Trained) -> None:
+    (run,) = mlflow_runs(trained.uri)
+    mlflow.set_tracking_uri(trained.uri)
+    logged = tracking.download_model(run.data.tags[tracking.TAG_DETECTOR_URI])
+    assert logged.read_bytes() == trained.ws.model.read_bytes()
+    assert load_detector(logged).threshold == load_detector(trained.ws.model).threshold
+
+
 def _artifacts(client: mlflow.MlflowClient, run_id: str, path: str = "") -> set[str]:
     out: set[str] = set()
     for item in client.list_artifacts(run_id, path):

@@ -228,3 +228,5 @@ def _log_results(tracker: Tracker, result: FitResult, data: TrainingData,
     scorer = SegmentScorer(copy.deepcopy(result.model).cpu().eval(),
                            leak_index(data.class_names), cfgs.train.prob_mode)
     tracker.log_model(scorer, input_example(data.val_data), code_paths=[PACKAGE_DIR])
+    if tracker.run_id is not None:        # the detector file too, so `predict --model models:/...`
+        tracker.set_tags({tracking.TAG_DETECTOR_URI: tracking.log_detector(paths.model)})
