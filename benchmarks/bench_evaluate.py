@@ -51,8 +51,9 @@ from torch import nn
 from leakpipe.allocator import retain_freed_memory
 from leakpipe.config import EvaluateConfig, FeatureConfig, ModelConfig, load_section
 from leakpipe.constants import H5_MEL, KNOWN_CLASSES
-from leakpipe.data.batches import FileOrderBatches, load_resident, read_split_info
+from leakpipe.data.file_order import FileOrderBatches
 from leakpipe.data.schema import leak_index
+from leakpipe.data.split_info import load_resident, read_split_info
 from leakpipe.data.writer import SplitWriter
 from leakpipe.evaluate.forward import batch_segments, resolve_device, score_split, segment_cap
 from leakpipe.evaluate.voting import file_decisions, segment_leak_prob, threshold_grid

@@ -1,7 +1,7 @@
 """Preload estimate error: planned bytes vs measured growth when training loads a larger set.
 
 Writes a synthetic train split (default 1 GiB of float16, the default feature shape), loads it
-with the training loader (``leakpipe.data.batches.load_resident`` + ``ResidentSource``, two
+with the training loader (``leakpipe.data.split_info.load_resident`` + ``ResidentSource``, two
 batches in flight) and compares the memory growth with ``leakpipe.preload.estimate``: host RSS
 for ``ram``, ``torch.cuda.memory_allocated`` for ``device`` (CUDA only; ``ram`` is then pinned).
 The issue's bound is 10 %. It also prints the plan `preload` would make on this machine.

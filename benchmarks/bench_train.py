@@ -46,7 +46,9 @@ from bench_train_input import (  # noqa: E402  (a sibling script, not a package)
 )
 
 from leakpipe.config import TrainConfig, load_section  # noqa: E402
-from leakpipe.data.batches import ResidentSource, StreamSource, load_resident  # noqa: E402
+from leakpipe.data.resident_source import ResidentSource  # noqa: E402
+from leakpipe.data.split_info import load_resident  # noqa: E402
+from leakpipe.data.stream_source import StreamSource  # noqa: E402
 from leakpipe.model import create_model  # noqa: E402
 from leakpipe.monitor import StepProfiler, profile_steps  # noqa: E402
 from leakpipe.train.fit import configure_torch  # noqa: E402

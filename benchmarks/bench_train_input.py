@@ -39,12 +39,9 @@ from torch.utils.data import DataLoader, Dataset
 
 from leakpipe.config import FeatureConfig, load_section
 from leakpipe.constants import H5_MEL, KNOWN_CLASSES
-from leakpipe.data.batches import (
-    DEFAULT_BUFFER_CHUNKS,
-    ResidentSource,
-    StreamSource,
-    load_resident,
-)
+from leakpipe.data.resident_source import ResidentSource
+from leakpipe.data.split_info import load_resident
+from leakpipe.data.stream_source import DEFAULT_BUFFER_CHUNKS, StreamSource
 from leakpipe.data.writer import SplitWriter
 
 log = logging.getLogger(__name__)

@@ -1,4 +1,4 @@
-"""Invariants shared across leakpipe: HDF5 keys, class names, file names, metric names.
+"""Invariants shared across leakpipe: HDF5 keys, class names, placements, file and metric names.
 
 Tunables live in params.yaml; only names and formats that must never drift live here.
 """
@@ -28,6 +28,12 @@ ATTR_VERSION = "leakpipe_version"
 ATTR_CREATED = "created_utc"
 ATTR_SPLIT = "split"
 ATTR_CHUNK_ROWS = "chunk_rows"
+
+# Where training and evaluation keep a split (chosen by the preload stage, docs/preload.md).
+PLACEMENT_DEVICE = "device"   # the whole split in accelerator memory
+PLACEMENT_RAM = "ram"         # the whole split in (pinned on CUDA) host memory
+PLACEMENT_STREAM = "stream"   # read from HDF5 while training
+PLACEMENTS: tuple[str, ...] = (PLACEMENT_DEVICE, PLACEMENT_RAM, PLACEMENT_STREAM)
 
 # Manifest columns (data/raw/manifest.csv and any user manifest).
 MANIFEST_COLUMNS: tuple[str, ...] = ("path", "class", "group")

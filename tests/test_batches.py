@@ -15,17 +15,13 @@ import pytest
 import torch
 
 from leakpipe.constants import KNOWN_CLASSES
-from leakpipe.data import batches, open_split
-from leakpipe.data.batches import (
-    FileOrderBatches,
-    ResidentSource,
-    StreamSource,
-    load_resident,
-    make_eval_batches,
-    make_train_source,
-    read_split_info,
-)
+from leakpipe.data import background, file_order, open_split
+from leakpipe.data.batches import make_eval_batches, make_train_source
+from leakpipe.data.file_order import FileOrderBatches
+from leakpipe.data.resident_source import ResidentSource
 from leakpipe.data.schema import task_labels
+from leakpipe.data.split_info import load_resident, read_split_info
+from leakpipe.data.stream_source import StreamSource
 from leakpipe.data.writer import SplitWriter
 
 N_FILES = 20
@@ -211,7 +207,7 @@ def test_stream_close_stops_a_pass_in_progress(split: Path) -> None:
 def test_reader_error_reaches_the_consumer_and_the_thread_stops(
         split: Path, kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
     calls = []
-    real = batches._read_rows
+    real = background.read_rows
 
     def failing(mel, start, stop, out) -> None:
         calls.append(start)
@@ -219,8 +215,8 @@ def test_reader_error_reaches_the_consumer_and_the_thread_stops(
             raise OSError("disk gone")
         real(mel, start, stop, out)
 
-    monkeypatch.setattr(batches, "_read_rows", failing)
-    monkeypatch.setattr(batches, "EVAL_READ_BYTES", 1)    # one read per batch: several reads
+    monkeypatch.setattr(background, "read_rows", failing)
+    monkeypatch.setattr(file_order, "EVAL_READ_BYTES", 1)  # one read per batch: several reads
     baseline = threading.active_count()
     source = (make("stream", split) if kind == "train"
               else make_eval_batches(split, "stream", 2 * BATCH, binary=True))
@@ -233,7 +229,7 @@ def test_stream_eval_reads_whole_batches_in_few_reads(
         split: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     source = make_eval_batches(split, "stream", 1, binary=True)          # one file per batch
     resident = make_eval_batches(split, "ram", 1, binary=True)
-    monkeypatch.setattr(batches, "EVAL_READ_BYTES", 3 * source.info.file_bytes)
+    monkeypatch.setattr(file_order, "EVAL_READ_BYTES", 3 * source.info.file_bytes)
     reads = source.read_ranges()
     assert len(reads) == -(-source.info.n_files // 3) < len(source.ranges())
     assert {b for _, b in reads} <= {b for _, b in source.ranges()}       # batch boundaries

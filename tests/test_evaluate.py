@@ -18,7 +18,7 @@ from leakpipe.build import file_sha256
 from leakpipe.cli import main
 from leakpipe.config import EvaluateConfig, load_section
 from leakpipe.constants import H5_LABELS, KNOWN_CLASSES
-from leakpipe.data.batches import read_split_info
+from leakpipe.data.split_info import read_split_info
 from leakpipe.detector import load_detector
 from leakpipe.errors import DataError
 from leakpipe.evaluate import forward

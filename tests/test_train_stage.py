@@ -28,8 +28,7 @@ import yaml
 from leakpipe import cli, tracking
 from leakpipe.build import file_sha256
 from leakpipe.config import PreloadConfig, from_mapping, load_section
-from leakpipe.constants import KNOWN_CLASSES
-from leakpipe.data.batches import PLACEMENT_STREAM
+from leakpipe.constants import KNOWN_CLASSES, PLACEMENT_STREAM
 from leakpipe.data.reader import open_split
 from leakpipe.data.writer import SplitWriter
 from leakpipe.detector import load_detector

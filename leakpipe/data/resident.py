@@ -1,7 +1,7 @@
 """Measured memory of training data held the way training holds it (checks the preload plan).
 
 ``hold_training_split`` loads a split with the training loader itself
-(``leakpipe.data.batches.load_resident`` + ``ResidentSource``), starts an epoch and keeps two
+(``leakpipe.data.split_info.load_resident`` + ``ResidentSource``), starts an epoch and keeps two
 batches in flight: the steady state of a training step. ``measure_growth`` wraps any such call
 with host RSS (psutil) and, on CUDA, ``torch.cuda.memory_allocated`` samples, so the preload
 estimate can be compared with reality in tests, in benchmarks and again by train at run time.
@@ -19,7 +19,9 @@ import psutil
 import torch
 
 from leakpipe.allocator import trim_heap
-from leakpipe.data.batches import Batch, ResidentData, ResidentSource, load_resident
+from leakpipe.data.feed import Batch
+from leakpipe.data.resident_source import ResidentSource
+from leakpipe.data.split_info import ResidentData, load_resident
 
 T = TypeVar("T")
 BATCHES_IN_FLIGHT = 2  # matches leakpipe.preload.estimate.BATCHES_IN_FLIGHT

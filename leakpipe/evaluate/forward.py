@@ -23,14 +23,9 @@ from torch import nn
 from tqdm import tqdm
 
 from leakpipe.config import ModelConfig
-from leakpipe.data.batches import (
-    PLACEMENT_DEVICE,
-    PLACEMENT_RAM,
-    PLACEMENT_STREAM,
-    FileOrderBatches,
-    load_resident,
-    read_split_info,
-)
+from leakpipe.constants import PLACEMENT_DEVICE, PLACEMENT_RAM, PLACEMENT_STREAM
+from leakpipe.data.file_order import FileOrderBatches
+from leakpipe.data.split_info import load_resident, read_split_info
 from leakpipe.errors import ConfigError
 from leakpipe.evaluate.voting import ProbMode, segment_leak_prob
 from leakpipe.preload.budget import measure_budget

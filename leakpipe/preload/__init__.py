@@ -12,9 +12,10 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from leakpipe.config import PreloadConfig
+from leakpipe.constants import PLACEMENTS
 from leakpipe.data.reader import open_split
 from leakpipe.preload.budget import Budget, measure_budget
-from leakpipe.preload.estimate import PLACEMENTS, Footprint, SplitShape, estimate
+from leakpipe.preload.estimate import Footprint, SplitShape, estimate
 from leakpipe.preload.plan import PLAN_FORMAT, TRAINING_SPLITS, Plan, decide
 
 

@@ -1,7 +1,9 @@
 """What training holds in memory for a split, per placement: a pure function of the shapes.
 
-The model follows the training data path in ``leakpipe.data.batches`` allocation by allocation,
-so train can call ``estimate`` again at run time and compare it with what it measures:
+The model follows the training data path (``leakpipe.data.batches`` and the sources it builds:
+``split_info.load_resident``, ``resident_source``, ``stream_source``, ``file_order``) allocation
+by allocation, so train can call ``estimate`` again at run time and compare it with what it
+measures:
 
 * resident placements (``device``, ``ram``): one contiguous tensor of every segment,
   (files * n_long * n_short, 1, n_mels, n_frames) in the resident dtype, plus int64 labels
@@ -26,6 +28,8 @@ from typing import Any
 
 import numpy as np
 
+from leakpipe.constants import PLACEMENT_DEVICE, PLACEMENT_RAM, PLACEMENT_STREAM, PLACEMENTS
+
 HOST = "host"
 DEVICE = "device"
 INDEX_BYTES = 8          # int64 labels, indices, permutations
@@ -33,10 +37,6 @@ BOOL_BYTES = 1
 BATCHES_IN_FLIGHT = 2    # the batch being computed and the next one being prepared
 ROLE_TRAIN = "train"     # shuffled training batches (ResidentSource / StreamSource)
 ROLE_EVAL = "eval"       # file-order evaluation batches (FileOrderBatches)
-PLACEMENT_DEVICE = "device"
-PLACEMENT_RAM = "ram"
-PLACEMENT_STREAM = "stream"
-PLACEMENTS = (PLACEMENT_DEVICE, PLACEMENT_RAM, PLACEMENT_STREAM)
 
 
 @dataclass(frozen=True)

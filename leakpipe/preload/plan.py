@@ -15,13 +15,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from leakpipe.config import PreloadConfig
+from leakpipe.constants import PLACEMENT_DEVICE, PLACEMENT_RAM, PLACEMENT_STREAM, PLACEMENTS
 from leakpipe.errors import ConfigError
 from leakpipe.preload.budget import Budget
 from leakpipe.preload.estimate import (
-    PLACEMENT_DEVICE,
-    PLACEMENT_RAM,
-    PLACEMENT_STREAM,
-    PLACEMENTS,
     ROLE_EVAL,
     ROLE_TRAIN,
     Footprint,

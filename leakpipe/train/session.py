@@ -23,8 +23,8 @@ import numpy as np
 import torch
 
 from leakpipe.config import FeatureConfig, PreloadConfig, TrainConfig, from_mapping
-from leakpipe.constants import H5_LABELS, H5_RECORDING_ID
-from leakpipe.data.batches import PLACEMENT_DEVICE, PLACEMENT_STREAM, make_train_source
+from leakpipe.constants import H5_LABELS, H5_RECORDING_ID, PLACEMENT_DEVICE, PLACEMENT_STREAM
+from leakpipe.data.batches import make_train_source
 from leakpipe.data.reader import SplitReader, open_split
 from leakpipe.data.schema import task_classes, task_labels
 from leakpipe.errors import ConfigError, DataError
