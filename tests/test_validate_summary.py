@@ -10,8 +10,10 @@ import pandas as pd
 import pytest
 
 from leakpipe.validate import summary
+from leakpipe.validate.pool import SummaryPool
+from leakpipe.validate.stats import block_stats, fingerprints
 from leakpipe.validate.structure import inspect_split
-from leakpipe.validate.summary import block_stats, fingerprints, read_rows
+from leakpipe.validate.summary import read_rows
 from tests.helpers_h5 import write_bulk_split, write_split
 
 ROW = (3, 4, 5, 1)  # 60 values per file
@@ -89,7 +91,7 @@ def test_read_rows_are_whole_chunks(tmp_path: Path) -> None:
 def test_summary_frame_has_one_row_per_file(tmp_path: Path) -> None:
     meta = inspect_split("val", write_split(tmp_path / "val.h5", "val"))
 
-    result = summary.summarise_split(meta, read_mb=0.01, workers=1, constant_tol=0.01,
+    result = summary.summarise_split(meta, read_mb=0.01, constant_tol=0.01,
                                      progress=False)
 
     frame = result.frame
@@ -105,8 +107,7 @@ def test_worker_pool_gives_the_same_summary_as_in_process(tmp_path: Path,
                                                          ) -> None:
     path = write_bulk_split(tmp_path / "train.h5", "train", 600, block=100, chunk_mb=0.01)
     meta = inspect_split("train", path)
-    inline = summary.summarise_split(meta, read_mb=0.02, workers=1, constant_tol=0.01,
-                                     progress=False)
+    inline = summary.summarise_split(meta, read_mb=0.02, constant_tol=0.01, progress=False)
     monkeypatch.setattr(summary, "POOL_MIN_BYTES", 0)
     monkeypatch.setattr(summary, "TASK_BYTES", meta.nbytes // 5)
     pool_calls = []
@@ -114,9 +115,14 @@ def test_worker_pool_gives_the_same_summary_as_in_process(tmp_path: Path,
     monkeypatch.setattr(summary, "_stream_pool",
                         lambda *a: pool_calls.append(a) or real_pool(*a))
 
-    pooled = summary.summarise_split(meta, read_mb=0.02, workers=2, constant_tol=0.01,
-                                     progress=False)
+    with SummaryPool(2) as pool:
+        pooled = summary.summarise_split(meta, read_mb=0.02, constant_tol=0.01, pool=pool,
+                                         progress=False)
+        again = summary.summarise_split(meta, read_mb=0.02, constant_tol=0.01, pool=pool,
+                                        progress=False)
+        workers = {p.pid for p in pool.executor()._processes.values()}
 
-    assert len(pool_calls) == 1
+    assert len(pool_calls) == 2 and len(workers) == 2      # one pool for both splits
+    pd.testing.assert_frame_equal(inline.frame, again.frame)
     pd.testing.assert_frame_equal(inline.frame, pooled.frame)
     assert inline.checksum == pooled.checksum

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from leakpipe.config import ValidateConfig
 from leakpipe.validate.cross import cross_split_checks
+from leakpipe.validate.pool import SummaryPool
 from leakpipe.validate.report import MIB, ValidationReport
 from leakpipe.validate.results import KIND_STRUCTURE, CheckResult, failed
 from leakpipe.validate.structure import SplitMeta, inspect_split
@@ -35,16 +36,18 @@ def validate_splits(paths: Mapping[str, Path], cfg: ValidateConfig,
     if any(not meta.readable for meta in metas.values()):
         return _report(checks, metas, {}, params, start, stopped=True)
     summaries: dict[str, SplitSummary] = {}
-    for split, meta in metas.items():
-        if not meta.summarisable:
-            log.warning("validate %s: structure broken, per-file checks skipped", split)
-            continue
-        try:
-            summaries[split] = summarise_split(meta, read_mb=cfg.read_mb, workers=cfg.workers,
-                                               constant_tol=cfg.constant_tol, progress=progress)
-        except (OSError, UnicodeDecodeError, BrokenProcessPool) as exc:
-            checks.append(_read_error(meta, exc))
-            return _report(checks, metas, summaries, params, start, stopped=True)
+    with SummaryPool(cfg.workers) as pool:
+        for split, meta in metas.items():
+            if not meta.summarisable:
+                log.warning("validate %s: structure broken, per-file checks skipped", split)
+                continue
+            try:
+                summaries[split] = summarise_split(meta, read_mb=cfg.read_mb, pool=pool,
+                                                   constant_tol=cfg.constant_tol,
+                                                   progress=progress)
+            except (OSError, UnicodeDecodeError, BrokenProcessPool) as exc:
+                checks.append(_read_error(meta, exc))
+                return _report(checks, metas, summaries, params, start, stopped=True)
     checks += run_suites(summaries, metas, cfg)
     checks += cross_split_checks(metas, summaries, cfg.max_listed)
     return _report(checks, metas, summaries, params, start)

@@ -2,16 +2,19 @@
 
 great-expectations has no HDF5 source, so `validate` summarises each file (a row of ``mel``)
 into a few numbers and validates the resulting DataFrame. Memory stays bounded whatever the
-split size: ``mel`` is read in blocks of about ``read_mb`` MiB aligned to whole HDF5 chunks, and
-each block is reduced at once to per-row statistics. Large splits are spread over worker
-processes (each streams its own row ranges); small ones are summarised in-process.
+split size: ``mel`` is taken in blocks of about ``read_mb`` MiB aligned to whole HDF5 chunks, and
+each block is reduced at once to per-row statistics. Large splits are shared out over the run's
+worker processes (``SummaryPool``: each task streams its own row ranges); small ones are
+summarised in-process.
 
-Speed matters (the target is >= 0.6x a plain sequential h5py read), so each block is read into
-one reused buffer, converted to float32 once (torch's vectorised half -> float copy; numpy's is
-several times slower) and reduced with numpy SIMD passes (not BLAS, whose threads stall on
-blocks this small). A row's sum is finite exactly when all its values are, so only rows holding
-NaN / inf take the slow, masked path. Mean and std come from single-pass float32 sums (relative
-error ~1e-5), plenty for a report; constant rows get std 0.
+Speed matters (the target is >= 0.6x a plain sequential h5py read). Unfiltered data is reduced
+in place from the memory-mapped file (``MappedRows``); anything else is read into one reused
+buffer. Each block is converted to float32 once (torch's vectorised half -> float copy; numpy's
+is several times slower) for the sums, reduced with numpy SIMD passes (not BLAS, whose threads
+stall on blocks this small); float16 min / max / finiteness come exactly from integer passes
+over the bit patterns. Only rows holding NaN / inf take the slow, masked path. Mean and std come
+from single-pass float32 sums (relative error ~1e-5), plenty for a report; constant rows get
+std 0.
 """
 
 from __future__ import annotations
@@ -21,13 +24,10 @@ import hashlib
 import json
 import logging
 import math
-import multiprocessing as mp
-import os
 import time
 from collections.abc import Iterator
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
-from functools import lru_cache
+from pathlib import Path
 
 import h5py
 import numpy as np
@@ -36,41 +36,20 @@ import torch
 from tqdm import tqdm
 
 from leakpipe.constants import H5_GROUP, H5_LABELS, H5_MEL, H5_RECORDING_ID
+from leakpipe.validate.mapped import MappedRows
+from leakpipe.validate.pool import SummaryPool
+from leakpipe.validate.stats import RowStats, block_stats
 from leakpipe.validate.structure import SplitMeta, read_columns
 
 log = logging.getLogger(__name__)
 
 MIB = 2**20
-FINGERPRINT_SEED = 20250333    # fixed: the same bytes give the same fingerprint in every run
 TASK_BYTES = 64 * MIB          # rows handed to a worker at a time (progress granularity)
-POOL_MIN_BYTES = 256 * MIB     # below this a split is summarised in-process (no pool start-up)
+POOL_MIN_BYTES = 32 * MIB      # below this a split is summarised in-process (no pool start-up)
 UNKNOWN_CLASS = "?"
 
 SUMMARY_COLUMNS = ("split", "row", "label", "class_name", "recording_id", "group", "shape",
                    "finite_fraction", "min", "max", "mean", "std", "constant", "all_zero")
-
-
-@dataclass(frozen=True)
-class RowStats:
-    """Statistics of consecutive rows (files); the sums are over finite values only."""
-
-    finite: np.ndarray       # int64: finite values per row
-    minimum: np.ndarray      # float64, NaN when a row has no finite value
-    maximum: np.ndarray
-    total: np.ndarray
-    sumsq: np.ndarray
-    fingerprint: np.ndarray  # uint64 content fingerprint of the stored bytes
-
-    @staticmethod
-    def empty() -> RowStats:
-        floats = np.empty(0, np.float64)
-        return RowStats(np.empty(0, np.int64), floats, floats, floats, floats,
-                        np.empty(0, np.uint64))
-
-    @staticmethod
-    def concat(parts: list[RowStats]) -> RowStats:
-        names = ("finite", "minimum", "maximum", "total", "sumsq", "fingerprint")
-        return RowStats(**{n: np.concatenate([getattr(p, n) for p in parts]) for n in names})
 
 
 @dataclass(frozen=True)
@@ -85,61 +64,6 @@ class SplitSummary:
     seconds: float
 
 
-# -- per-block statistics (pure) ------------------------------------------------------------
-
-
-@lru_cache(maxsize=8)
-def fingerprint_weights(words: int) -> np.ndarray:
-    """Odd 64-bit weights: the fingerprint is sum(word_i * w_i) mod 2**64 over a row's words."""
-    rng = np.random.default_rng(FINGERPRINT_SEED)
-    return rng.integers(0, 2**63, words, dtype=np.uint64) * np.uint64(2) + np.uint64(1)
-
-
-def fingerprints(flat: np.ndarray) -> np.ndarray:
-    """(rows, values) -> uint64 per row; equal bytes give equal fingerprints."""
-    raw = np.ascontiguousarray(flat).view(np.uint8)
-    pad = (-raw.shape[1]) % 8
-    if pad:
-        raw = np.concatenate([raw, np.zeros((raw.shape[0], pad), np.uint8)], axis=1)
-    words = raw.view(np.uint64)
-    return np.einsum("ij,j->i", words, fingerprint_weights(words.shape[1]))
-
-
-def _as_float32(flat: np.ndarray, scratch: np.ndarray | None) -> np.ndarray:
-    if flat.dtype == np.float32:
-        return flat
-    if scratch is None or scratch.shape != flat.shape:
-        scratch = np.empty(flat.shape, dtype=np.float32)
-    if flat.dtype == np.float16:
-        torch.from_numpy(scratch).copy_(torch.from_numpy(flat))
-    else:
-        np.copyto(scratch, flat, casting="unsafe")
-    return scratch
-
-
-def block_stats(block: np.ndarray, scratch: np.ndarray | None = None) -> RowStats:
-    """Statistics of each row of ``block`` (rows, ...); ``scratch`` is a reusable float32."""
-    flat = block.reshape(block.shape[0], -1)
-    x = _as_float32(flat, scratch)  # (rows, values)
-    with np.errstate(over="ignore", invalid="ignore"):
-        total = np.einsum("ij->i", x).astype(np.float64)  # not BLAS: its threads stall here
-        sumsq = np.einsum("ij,ij->i", x, x).astype(np.float64)
-        minimum = x.min(axis=1).astype(np.float64)
-        maximum = x.max(axis=1).astype(np.float64)
-    finite = np.full(x.shape[0], x.shape[1], dtype=np.int64)
-    for row in np.flatnonzero(~(np.isfinite(total) & np.isfinite(sumsq))):
-        finite[row], minimum[row], maximum[row], total[row], sumsq[row] = _masked_row(x[row])
-    return RowStats(finite, minimum, maximum, total, sumsq, fingerprints(flat))
-
-
-def _masked_row(values: np.ndarray) -> tuple[int, float, float, float, float]:
-    """The slow path for a row holding NaN / inf (or overflowing float32 sums)."""
-    ok = values[np.isfinite(values)].astype(np.float64)
-    if ok.size == 0:
-        return 0, np.nan, np.nan, 0.0, 0.0
-    return ok.size, ok.min(), ok.max(), ok.sum(), float(ok @ ok)
-
-
 # -- streaming ------------------------------------------------------------------------------
 
 
@@ -151,12 +75,26 @@ def read_rows(mel: h5py.Dataset, read_mb: float) -> int:
     return max(chunk, wanted // chunk * chunk)
 
 
-def stream_rows(mel: h5py.Dataset, start: int, stop: int, step: int) -> RowStats:
-    """Statistics of rows ``start:stop``, read ``step`` rows at a time.
+def stream_rows(mel: h5py.Dataset, start: int, stop: int, step: int,
+                path: Path | None = None) -> RowStats:
+    """Statistics of rows ``start:stop``, ``step`` rows at a time.
 
-    Each block is read into the same preallocated buffer (h5py's low-level read: no new
-    allocation, no page faults, and the buffer stays in cache for the passes that follow).
+    When ``path`` (the file of ``mel``) is given and ``mel`` is stored unfiltered, the blocks are
+    views of the memory-mapped file (``MappedRows``: no copy at all); otherwise each block is
+    read with h5py into the same preallocated buffer.
     """
+    mapped = MappedRows.open(path, mel) if path is not None else None
+    if mapped is None:
+        return _read_and_reduce(mel, start, stop, step)
+    with mapped:
+        scratch = np.empty((step, math.prod(mapped.row_shape)), dtype=np.float32)
+        parts = [block_stats(view, scratch) for _, view in mapped.blocks(start, stop, step)]
+    return RowStats.concat(parts) if parts else RowStats.empty()
+
+
+def _read_and_reduce(mel: h5py.Dataset, start: int, stop: int, step: int) -> RowStats:
+    """The h5py path: each block read into one reused buffer (h5py's low-level read: no new
+    allocation, no page faults, and the buffer stays in cache for the passes that follow)."""
     parts: list[RowStats] = []
     row_shape = tuple(mel.shape[1:])
     buffer = scratch = None
@@ -205,60 +143,46 @@ def single_threaded_torch() -> Iterator[None]:
         torch.set_num_threads(before)
 
 
-def _init_worker() -> None:
-    torch.set_num_threads(1)  # one process per core; torch only converts cache-sized blocks
-
-
 def _task(path: str, start: int, stop: int, step: int) -> RowStats:
     with h5py.File(path, "r") as h5:
-        return stream_rows(h5[H5_MEL], start, stop, step)
+        return stream_rows(h5[H5_MEL], start, stop, step, Path(path))
 
 
-def _worker_count(requested: int, tasks: int) -> int:
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return max(1, min(requested or cores or 1, tasks))
-
-
-def _pool_context() -> mp.context.BaseContext:
-    # fork starts a worker in milliseconds (spawn / forkserver re-import numpy, h5py and torch:
-    # about a second each). Workers only open their own files and run numpy / h5py / torch CPU
-    # code, the same use torch's DataLoader makes of fork; spawn where fork does not exist.
-    method = "fork" if "fork" in mp.get_all_start_methods() else "spawn"
-    return mp.get_context(method)
-
-
-def stream_split(meta: SplitMeta, read_mb: float, workers: int,
+def stream_split(meta: SplitMeta, read_mb: float, pool: SummaryPool | None = None,
                  progress: bool = True) -> RowStats:
-    """Row statistics of a summarisable split, in-process or over worker processes."""
+    """Row statistics of a summarisable split, in-process or over ``pool``'s workers."""
     plan = _plan(meta, read_mb)
-    n_workers = _worker_count(workers, len(plan.ranges))
     bar = tqdm(total=meta.nbytes, unit="B", unit_scale=True, unit_divisor=1024,
                desc=f"validate {meta.split}", disable=not progress, leave=False)
     with bar, single_threaded_torch():
-        if n_workers == 1 or meta.nbytes < POOL_MIN_BYTES:
+        if pool is None or pool.size == 1 or len(plan.ranges) == 1 or \
+                meta.nbytes < POOL_MIN_BYTES:
             return _stream_inline(meta, plan, bar)
-        return _stream_pool(meta, plan, n_workers, bar)
+        return _stream_pool(meta, plan, pool, bar)
 
 
 def _stream_inline(meta: SplitMeta, plan: _Plan, bar: tqdm) -> RowStats:
     parts = []
     with h5py.File(meta.path, "r") as h5:
         for a, b in plan.ranges:
-            parts.append(stream_rows(h5[H5_MEL], a, b, plan.step))
+            parts.append(stream_rows(h5[H5_MEL], a, b, plan.step, meta.path))
             bar.update((b - a) * plan.row_bytes)
     return RowStats.concat(parts) if parts else RowStats.empty()
 
 
-def _stream_pool(meta: SplitMeta, plan: _Plan, n_workers: int, bar: tqdm) -> RowStats:
+def _stream_pool(meta: SplitMeta, plan: _Plan, pool: SummaryPool, bar: tqdm) -> RowStats:
     log.info("validate %s: %d MiB over %d worker processes", meta.split, meta.nbytes // MIB,
-             n_workers)
+             pool.size)
+    executor = pool.executor()
+    futures = [executor.submit(_task, str(meta.path), a, b, plan.step) for a, b in plan.ranges]
     parts = []
-    with ProcessPoolExecutor(n_workers, mp_context=_pool_context(),
-                             initializer=_init_worker) as pool:
-        futures = [pool.submit(_task, str(meta.path), a, b, plan.step) for a, b in plan.ranges]
+    try:
         for future, (a, b) in zip(futures, plan.ranges, strict=True):
             parts.append(future.result())  # in row order: results are concatenated as they are
             bar.update((b - a) * plan.row_bytes)
+    finally:
+        for future in futures:             # a failed task: drop the rest of this split
+            future.cancel()
     return RowStats.concat(parts)
 
 
@@ -310,11 +234,11 @@ def split_checksum(meta: SplitMeta, columns: dict[str, np.ndarray],
     return digest.hexdigest()
 
 
-def summarise_split(meta: SplitMeta, *, read_mb: float, workers: int, constant_tol: float,
-                    progress: bool = True) -> SplitSummary:
+def summarise_split(meta: SplitMeta, *, read_mb: float, constant_tol: float,
+                    pool: SummaryPool | None = None, progress: bool = True) -> SplitSummary:
     """Stream ``meta``'s split into its per-file summary (``meta`` must be summarisable)."""
     start = time.perf_counter()
-    stats = stream_split(meta, read_mb, workers, progress)
+    stats = stream_split(meta, read_mb, pool, progress)
     columns = read_columns(meta.path)
     frame = summary_frame(meta, stats, columns, constant_tol)
     seconds = time.perf_counter() - start

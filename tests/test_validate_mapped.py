@@ -1,0 +1,108 @@
+"""Zero-copy row blocks: the statistics of an h5py read, and h5py wherever mapping is unsafe."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+
+from leakpipe.validate.mapped import MappedRows
+from leakpipe.validate.stats import RowStats, half_extremes
+from leakpipe.validate.summary import stream_rows
+
+ROW = (3, 4, 5)
+
+
+def _write(path: Path, data: np.ndarray, **kwargs) -> Path:
+    with h5py.File(path, "w") as h5:
+        h5.create_dataset("mel", data=data, **kwargs)
+    return path
+
+
+def _data(rows: int, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return rng.uniform(-100, 40, (rows, *ROW)).astype(np.float16)
+
+
+def _stats(path: Path, step: int, mapped: bool) -> RowStats:
+    with h5py.File(path, "r") as h5:
+        return stream_rows(h5["mel"], 0, h5["mel"].shape[0], step, path if mapped else None)
+
+
+def _assert_same(a: RowStats, b: RowStats) -> None:
+    for name in ("finite", "minimum", "maximum", "fingerprint"):
+        np.testing.assert_array_equal(getattr(a, name), getattr(b, name), err_msg=name)
+    np.testing.assert_allclose(a.total, b.total, rtol=1e-6)
+    np.testing.assert_allclose(a.sumsq, b.sumsq, rtol=1e-6)
+
+
+@pytest.mark.parametrize("layout", [{"chunks": (7, *ROW)}, {"chunks": (1, *ROW)}, {}])
+@pytest.mark.parametrize("step", [1, 5, 64])
+def test_mapped_blocks_give_the_statistics_of_an_h5py_read(tmp_path: Path, layout: dict,
+                                                           step: int) -> None:
+    data = _data(30)
+    data[4, 0, 0, 0] = np.nan                                   # a row on the masked path
+    path = _write(tmp_path / "a.h5", data, **layout)
+    with h5py.File(path, "r") as h5, MappedRows.open(path, h5["mel"]) as mapped:
+        assert mapped is not None
+        assert len(mapped.extents) == 1                          # chunks written back to back
+        rows = [(first, view.copy()) for first, view in mapped.blocks(3, 30, step)]
+    assert np.array_equal(np.concatenate([v for _, v in rows]), data[3:], equal_nan=True)
+    assert [first for first, _ in rows] == list(range(3, 30, step))
+    _assert_same(_stats(path, step, mapped=True), _stats(path, step, mapped=False))
+
+
+def test_filtered_data_is_read_with_h5py(tmp_path: Path) -> None:
+    path = _write(tmp_path / "z.h5", _data(20), chunks=(4, *ROW), compression="gzip")
+    with h5py.File(path, "r") as h5:
+        assert MappedRows.open(path, h5["mel"]) is None
+    _assert_same(_stats(path, 4, mapped=True), _stats(path, 4, mapped=False))
+
+
+def test_chunks_never_written_are_not_mapped(tmp_path: Path) -> None:
+    path = tmp_path / "sparse.h5"
+    with h5py.File(path, "w") as h5:
+        mel = h5.create_dataset("mel", shape=(20, *ROW), dtype=np.float16, chunks=(4, *ROW))
+        mel[:4] = _data(4)                                       # chunks 2..5 hold fill values
+    with h5py.File(path, "r") as h5:
+        assert MappedRows.open(path, h5["mel"]) is None
+    _assert_same(_stats(path, 4, mapped=True), _stats(path, 4, mapped=False))
+
+
+def test_big_endian_data_is_not_mapped(tmp_path: Path) -> None:
+    path = _write(tmp_path / "be.h5", _data(10).astype(">f2"), chunks=(5, *ROW))
+    with h5py.File(path, "r") as h5:
+        assert MappedRows.open(path, h5["mel"]) is None
+
+
+def test_chunks_beyond_the_end_of_a_truncated_file_are_not_mapped(tmp_path: Path) -> None:
+    path = _write(tmp_path / "t.h5", _data(40), chunks=(10, *ROW))
+    with h5py.File(path, "r") as h5:
+        size = path.stat().st_size
+        with path.open("r+b") as handle:                         # cut while the index is open
+            handle.truncate(size - 1000)
+        assert MappedRows.open(path, h5["mel"]) is None
+
+
+def test_half_extremes_are_exact_for_every_kind_of_value() -> None:
+    special = np.array([0.0, -0.0, 6e-8, -6e-8, 65504, -65504, 1.5, -1.5], dtype=np.float16)
+    rng = np.random.default_rng(1)
+    rows = [special, -np.abs(special), np.abs(special), np.full(8, -0.0, np.float16),
+            *(rng.choice(special, 8) for _ in range(50)),
+            rng.normal(0, 1000, 8).astype(np.float16)]
+    flat = np.stack(rows)
+    low, high, finite = half_extremes(flat)
+    wide = flat.astype(np.float64)
+    np.testing.assert_array_equal(low, wide.min(axis=1))
+    np.testing.assert_array_equal(high, wide.max(axis=1))
+    assert finite.all()
+
+
+@pytest.mark.parametrize("bad", [np.inf, -np.inf, np.nan, -np.nan])
+def test_half_extremes_flag_rows_with_inf_or_nan(bad: float) -> None:
+    flat = np.zeros((3, 6), np.float16)
+    flat[1, 2] = bad
+    flat[2] = -1.0
+    assert half_extremes(flat)[2].tolist() == [True, False, True]
