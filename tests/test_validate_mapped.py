@@ -8,8 +8,8 @@ import h5py
 import numpy as np
 import pytest
 
-from leakpipe.validate.mapped import MappedRows
-from leakpipe.validate.stats import RowStats, half_extremes
+from leakpipe.validate.mapped import MappedRows, find_layout
+from leakpipe.validate.stats import RowStats
 from leakpipe.validate.summary import stream_rows
 
 ROW = (3, 4, 5)
@@ -45,9 +45,10 @@ def test_mapped_blocks_give_the_statistics_of_an_h5py_read(tmp_path: Path, layou
     data = _data(30)
     data[4, 0, 0, 0] = np.nan                                   # a row on the masked path
     path = _write(tmp_path / "a.h5", data, **layout)
-    with h5py.File(path, "r") as h5, MappedRows.open(path, h5["mel"]) as mapped:
-        assert mapped is not None
-        assert len(mapped.extents) == 1                          # chunks written back to back
+    with h5py.File(path, "r") as h5:
+        layout = find_layout(path, h5["mel"])
+    assert layout is not None and len(layout.extents) == 1       # chunks written back to back
+    with MappedRows(path, layout) as mapped:
         rows = [(first, view.copy()) for first, view in mapped.blocks(3, 30, step)]
     assert np.array_equal(np.concatenate([v for _, v in rows]), data[3:], equal_nan=True)
     assert [first for first, _ in rows] == list(range(3, 30, step))
@@ -57,7 +58,7 @@ def test_mapped_blocks_give_the_statistics_of_an_h5py_read(tmp_path: Path, layou
 def test_filtered_data_is_read_with_h5py(tmp_path: Path) -> None:
     path = _write(tmp_path / "z.h5", _data(20), chunks=(4, *ROW), compression="gzip")
     with h5py.File(path, "r") as h5:
-        assert MappedRows.open(path, h5["mel"]) is None
+        assert find_layout(path, h5["mel"]) is None
     _assert_same(_stats(path, 4, mapped=True), _stats(path, 4, mapped=False))
 
 
@@ -67,14 +68,14 @@ def test_chunks_never_written_are_not_mapped(tmp_path: Path) -> None:
         mel = h5.create_dataset("mel", shape=(20, *ROW), dtype=np.float16, chunks=(4, *ROW))
         mel[:4] = _data(4)                                       # chunks 2..5 hold fill values
     with h5py.File(path, "r") as h5:
-        assert MappedRows.open(path, h5["mel"]) is None
+        assert find_layout(path, h5["mel"]) is None
     _assert_same(_stats(path, 4, mapped=True), _stats(path, 4, mapped=False))
 
 
 def test_big_endian_data_is_not_mapped(tmp_path: Path) -> None:
     path = _write(tmp_path / "be.h5", _data(10).astype(">f2"), chunks=(5, *ROW))
     with h5py.File(path, "r") as h5:
-        assert MappedRows.open(path, h5["mel"]) is None
+        assert find_layout(path, h5["mel"]) is None
 
 
 def test_chunks_beyond_the_end_of_a_truncated_file_are_not_mapped(tmp_path: Path) -> None:
@@ -83,26 +84,15 @@ def test_chunks_beyond_the_end_of_a_truncated_file_are_not_mapped(tmp_path: Path
         size = path.stat().st_size
         with path.open("r+b") as handle:                         # cut while the index is open
             handle.truncate(size - 1000)
-        assert MappedRows.open(path, h5["mel"]) is None
+        assert find_layout(path, h5["mel"]) is None
 
 
-def test_half_extremes_are_exact_for_every_kind_of_value() -> None:
-    special = np.array([0.0, -0.0, 6e-8, -6e-8, 65504, -65504, 1.5, -1.5], dtype=np.float16)
-    rng = np.random.default_rng(1)
-    rows = [special, -np.abs(special), np.abs(special), np.full(8, -0.0, np.float16),
-            *(rng.choice(special, 8) for _ in range(50)),
-            rng.normal(0, 1000, 8).astype(np.float16)]
-    flat = np.stack(rows)
-    low, high, finite = half_extremes(flat)
-    wide = flat.astype(np.float64)
-    np.testing.assert_array_equal(low, wide.min(axis=1))
-    np.testing.assert_array_equal(high, wide.max(axis=1))
-    assert finite.all()
-
-
-@pytest.mark.parametrize("bad", [np.inf, -np.inf, np.nan, -np.nan])
-def test_half_extremes_flag_rows_with_inf_or_nan(bad: float) -> None:
-    flat = np.zeros((3, 6), np.float16)
-    flat[1, 2] = bad
-    flat[2] = -1.0
-    assert half_extremes(flat)[2].tolist() == [True, False, True]
+def test_a_file_cut_after_its_layout_was_found_is_refused(tmp_path: Path) -> None:
+    path = _write(tmp_path / "c.h5", _data(40), chunks=(10, *ROW))
+    with h5py.File(path, "r") as h5:
+        layout = find_layout(path, h5["mel"])
+    assert layout is not None
+    with path.open("r+b") as handle:
+        handle.truncate(layout.extents[-1].offset + 10)
+    with pytest.raises(OSError, match="shorter than its chunk index"):
+        MappedRows(path, layout)

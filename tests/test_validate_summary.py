@@ -110,19 +110,21 @@ def test_worker_pool_gives_the_same_summary_as_in_process(tmp_path: Path,
     inline = summary.summarise_split(meta, read_mb=0.02, constant_tol=0.01, progress=False)
     monkeypatch.setattr(summary, "POOL_MIN_BYTES", 0)
     monkeypatch.setattr(summary, "TASK_BYTES", meta.nbytes // 5)
-    pool_calls = []
-    real_pool = summary._stream_pool
-    monkeypatch.setattr(summary, "_stream_pool",
-                        lambda *a: pool_calls.append(a) or real_pool(*a))
+    pending = []
+    real_start = summary.start_split
+    monkeypatch.setattr(summary, "start_split",
+                        lambda *a: pending.append(real_start(*a)) or pending[-1])
 
     with SummaryPool(2) as pool:
         pooled = summary.summarise_split(meta, read_mb=0.02, constant_tol=0.01, pool=pool,
                                          progress=False)
+        workers = {p.pid for p in pool.executor()._processes.values()}
         again = summary.summarise_split(meta, read_mb=0.02, constant_tol=0.01, pool=pool,
                                         progress=False)
-        workers = {p.pid for p in pool.executor()._processes.values()}
+        assert {p.pid for p in pool.executor()._processes.values()} == workers
 
-    assert len(pool_calls) == 2 and len(workers) == 2      # one pool for both splits
+    assert all(p.futures is not None and len(p.futures) == 5 for p in pending)
+    assert len(pending) == 2 and len(workers) == 2       # one pool for both splits
     pd.testing.assert_frame_equal(inline.frame, again.frame)
     pd.testing.assert_frame_equal(inline.frame, pooled.frame)
     assert inline.checksum == pooled.checksum

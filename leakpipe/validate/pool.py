@@ -12,8 +12,6 @@ import os
 from concurrent.futures import ProcessPoolExecutor
 from types import TracebackType
 
-import torch
-
 
 def cpu_count() -> int:
     """CPU cores this process may run on."""
@@ -22,15 +20,11 @@ def cpu_count() -> int:
 
 
 def _pool_context() -> mp.context.BaseContext:
-    # fork starts a worker in milliseconds (spawn / forkserver re-import numpy, h5py and torch:
-    # about a second each). Workers only open their own files and run numpy / h5py / torch CPU
-    # code, the same use torch's DataLoader makes of fork; spawn where fork does not exist.
+    # fork starts a worker in milliseconds (spawn / forkserver re-import numpy, h5py, numba:
+    # about a second each) and inherits the compiled kernel. Workers only open their own files
+    # and run numpy / h5py / numba CPU code; spawn where fork does not exist.
     method = "fork" if "fork" in mp.get_all_start_methods() else "spawn"
     return mp.get_context(method)
-
-
-def _init_worker() -> None:
-    torch.set_num_threads(1)  # one process per core; torch only converts cache-sized blocks
 
 
 class SummaryPool:
@@ -42,8 +36,7 @@ class SummaryPool:
 
     def executor(self) -> ProcessPoolExecutor:
         if self._executor is None:
-            self._executor = ProcessPoolExecutor(self.size, mp_context=_pool_context(),
-                                                 initializer=_init_worker)
+            self._executor = ProcessPoolExecutor(self.size, mp_context=_pool_context())
         return self._executor
 
     def __enter__(self) -> SummaryPool:

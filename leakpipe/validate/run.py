@@ -21,7 +21,7 @@ from leakpipe.validate.report import MIB, ValidationReport
 from leakpipe.validate.results import KIND_STRUCTURE, CheckResult, failed
 from leakpipe.validate.structure import SplitMeta, inspect_split
 from leakpipe.validate.suite import run_suites
-from leakpipe.validate.summary import SplitSummary, summarise_split
+from leakpipe.validate.summary import SplitSummary, finish_split, start_split
 
 log = logging.getLogger(__name__)
 
@@ -36,18 +36,21 @@ def validate_splits(paths: Mapping[str, Path], cfg: ValidateConfig,
     if any(not meta.readable for meta in metas.values()):
         return _report(checks, metas, {}, params, start, stopped=True)
     summaries: dict[str, SplitSummary] = {}
+    for split, meta in metas.items():
+        if not meta.summarisable:
+            log.warning("validate %s: structure broken, per-file checks skipped", split)
+    current = None                                        # the split being read, for errors
     with SummaryPool(cfg.workers) as pool:
-        for split, meta in metas.items():
-            if not meta.summarisable:
-                log.warning("validate %s: structure broken, per-file checks skipped", split)
-                continue
-            try:
-                summaries[split] = summarise_split(meta, read_mb=cfg.read_mb, pool=pool,
-                                                   constant_tol=cfg.constant_tol,
-                                                   progress=progress)
-            except (OSError, UnicodeDecodeError, BrokenProcessPool) as exc:
-                checks.append(_read_error(meta, exc))
-                return _report(checks, metas, summaries, params, start, stopped=True)
+        try:
+            started = []                                  # all submitted first: no idle workers
+            for current in (m for m in metas.values() if m.summarisable):
+                started.append(start_split(current, cfg.read_mb, pool))
+            for pending in started:
+                current = pending.meta
+                summaries[current.split] = finish_split(pending, cfg.constant_tol, progress)
+        except (OSError, UnicodeDecodeError, BrokenProcessPool) as exc:
+            checks.append(_read_error(current, exc))
+            return _report(checks, metas, summaries, params, start, stopped=True)
     checks += run_suites(summaries, metas, cfg)
     checks += cross_split_checks(metas, summaries, cfg.max_listed)
     return _report(checks, metas, summaries, params, start)

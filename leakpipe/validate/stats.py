@@ -1,9 +1,11 @@
 """Per-row statistics of a block of files (pure): what the validation summary is made of.
 
 Each row of a block is one file's mel values. Float32 sums give mean and std; float16 min / max
-and finiteness come exactly from integer passes over the stored bit patterns; a seeded linear
-hash of the stored bytes fingerprints each file for the duplicate check. Rows holding NaN / inf
-take a slow, masked path so their statistics cover the finite values only.
+and finiteness come exactly from the extremes of the stored bit patterns; a seeded linear hash
+of the stored bytes fingerprints each file for the duplicate check. Float16 rows (the contract's
+dtype) take one fused compiled pass (``leakpipe.validate.kernels``), float32 rows NumPy passes.
+Rows holding NaN / inf take a slow, masked path so their statistics cover the finite values
+only.
 """
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
-import torch
+
+from leakpipe.validate.kernels import half_rows
 
 FINGERPRINT_SEED = 20250333    # fixed: the same bytes give the same fingerprint in every run
 HALF_SIGN = 0x8000             # float16 sign bit
@@ -60,57 +63,59 @@ def fingerprints(flat: np.ndarray) -> np.ndarray:
     return np.einsum("ij,j->i", words, fingerprint_weights(words.shape[1]))
 
 
-def _as_float32(flat: np.ndarray, scratch: np.ndarray | None) -> np.ndarray:
-    if flat.dtype == np.float32:
-        return flat
-    rows, values = flat.shape
-    if scratch is None or scratch.shape[0] < rows or scratch.shape[1] != values:
-        scratch = np.empty(flat.shape, dtype=np.float32)
-    out = scratch[:rows]
-    if flat.dtype == np.float16:
-        torch.from_numpy(out).copy_(torch.from_numpy(flat))
-    else:
-        np.copyto(out, flat, casting="unsafe")
-    return out
+def half_values(umax: np.ndarray, umin: np.ndarray, imax: np.ndarray,
+                imin: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Exact per-row min, max (float64) and all-finite flag of float16 rows from the extremes
+    of their bit patterns read as uint16 (``umax``, ``umin``) and as int16 (``imax``, ``imin``).
 
-
-def half_extremes(flat: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Exact per-row min, max (float64) and all-finite flag of float16 rows, from their bits.
-
-    Four integer SIMD passes over the 2-byte patterns instead of two float passes over a float32
-    copy. As int16, non-negative halves order like their values and negative ones in reverse; as
+    As int16, non-negative halves order like their values and negative ones in reverse; as
     uint16, negative halves order by magnitude above every non-negative one. So a row's lowest
     value is its uint16 maximum when it holds a negative value (else its uint16 minimum), and
     its highest is its int16 maximum when it holds a non-negative value (else its int16
     minimum). inf and NaN have every exponent bit set: +inf / +NaN are int16 >= 0x7C00,
     -inf / -NaN uint16 >= 0xFC00 (rows holding them take the masked path for their stats).
     """
-    as_int, as_uint = flat.view(np.int16), flat.view(np.uint16)
-    imax, imin = as_int.max(axis=1), as_int.min(axis=1)
-    umax, umin = as_uint.max(axis=1), as_uint.min(axis=1)
     finite = (imax < HALF_EXPONENT) & (umax < (HALF_SIGN | HALF_EXPONENT))
     low = np.where(umax >= HALF_SIGN, umax, umin).astype(np.uint16).view(np.float16)
     high = np.where(imax >= 0, imax, imin).astype(np.int16).view(np.float16)
     return low.astype(np.float64), high.astype(np.float64), finite
 
 
-def block_stats(block: np.ndarray, scratch: np.ndarray | None = None) -> RowStats:
-    """Statistics of each row of ``block`` (rows, ...); ``scratch`` is a reusable float32."""
+def block_stats(block: np.ndarray) -> RowStats:
+    """Statistics of each row of ``block`` (rows, ...): float16 in one fused compiled pass."""
     flat = block.reshape(block.shape[0], -1)
-    x = _as_float32(flat, scratch)  # (rows, values)
+    if flat.dtype == np.float16:
+        return _half_stats(np.ascontiguousarray(flat))
+    x = flat.astype(np.float32, copy=False)                       # (rows, values)
     with np.errstate(over="ignore", invalid="ignore"):
         total = np.einsum("ij->i", x).astype(np.float64)  # not BLAS: its threads stall here
         sumsq = np.einsum("ij,ij->i", x, x).astype(np.float64)
-        if flat.dtype == np.float16:
-            minimum, maximum, ok = half_extremes(flat)
-        else:
-            minimum = x.min(axis=1).astype(np.float64)
-            maximum = x.max(axis=1).astype(np.float64)
-            ok = np.isfinite(total) & np.isfinite(sumsq)
+        minimum = x.min(axis=1).astype(np.float64)
+        maximum = x.max(axis=1).astype(np.float64)
+    ok = np.isfinite(total) & np.isfinite(sumsq)
+    return _finish(x, ok, minimum, maximum, total, sumsq, fingerprints(flat))
+
+
+def _half_stats(flat: np.ndarray) -> RowStats:
+    rows, values = flat.shape
+    ext = np.empty((rows, 4), dtype=np.int32)     # uint16 max, min; int16 max, min
+    fingerprint = np.empty(rows, dtype=np.uint64)
+    sums = np.empty((rows, 2), dtype=np.float64)  # sum, sum of squares (float32 accumulation)
+    words = -(-values * 2 // 8)
+    half_rows(flat.view(np.uint16), fingerprint_weights(words), ext, fingerprint, sums)
+    minimum, maximum, ok = half_values(*ext.T)
+    return _finish(flat, ok, minimum, maximum, sums[:, 0].copy(), sums[:, 1].copy(),
+                   fingerprint)
+
+
+def _finish(x: np.ndarray, ok: np.ndarray, minimum: np.ndarray, maximum: np.ndarray,
+            total: np.ndarray, sumsq: np.ndarray, fingerprint: np.ndarray) -> RowStats:
+    """RowStats, with the rows not ``ok`` (NaN / inf) recomputed over their finite values."""
     finite = np.full(x.shape[0], x.shape[1], dtype=np.int64)
     for row in np.flatnonzero(~ok):
-        finite[row], minimum[row], maximum[row], total[row], sumsq[row] = _masked_row(x[row])
-    return RowStats(finite, minimum, maximum, total, sumsq, fingerprints(flat))
+        finite[row], minimum[row], maximum[row], total[row], sumsq[row] = \
+            _masked_row(x[row].astype(np.float32))
+    return RowStats(finite, minimum, maximum, total, sumsq, fingerprint)
 
 
 def _masked_row(values: np.ndarray) -> tuple[int, float, float, float, float]:

@@ -9,34 +9,28 @@ summarised in-process.
 
 Speed matters (the target is >= 0.6x a plain sequential h5py read). Unfiltered data is reduced
 in place from the memory-mapped file (``MappedRows``); anything else is read into one reused
-buffer. Each block is converted to float32 once (torch's vectorised half -> float copy; numpy's
-is several times slower) for the sums, reduced with numpy SIMD passes (not BLAS, whose threads
-stall on blocks this small); float16 min / max / finiteness come exactly from integer passes
-over the bit patterns. Only rows holding NaN / inf take the slow, masked path. Mean and std come
-from single-pass float32 sums (relative error ~1e-5), plenty for a report; constant rows get
-std 0.
+buffer. Float16 blocks are reduced by one fused compiled pass per file
+(``leakpipe.validate.kernels``); see ``leakpipe.validate.stats`` for what is exact.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import logging
-import math
 import time
-from collections.abc import Iterator
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 
 import h5py
 import numpy as np
 import pandas as pd
-import torch
 from tqdm import tqdm
 
 from leakpipe.constants import H5_GROUP, H5_LABELS, H5_MEL, H5_RECORDING_ID
-from leakpipe.validate.mapped import MappedRows
+from leakpipe.validate.kernels import warm_up
+from leakpipe.validate.mapped import Layout, MappedRows, find_layout
 from leakpipe.validate.pool import SummaryPool
 from leakpipe.validate.stats import RowStats, block_stats
 from leakpipe.validate.structure import SplitMeta, read_columns
@@ -76,19 +70,24 @@ def read_rows(mel: h5py.Dataset, read_mb: float) -> int:
 
 
 def stream_rows(mel: h5py.Dataset, start: int, stop: int, step: int,
-                path: Path | None = None) -> RowStats:
+                path: Path | None = None, layout: Layout | None = None) -> RowStats:
     """Statistics of rows ``start:stop``, ``step`` rows at a time.
 
-    When ``path`` (the file of ``mel``) is given and ``mel`` is stored unfiltered, the blocks are
-    views of the memory-mapped file (``MappedRows``: no copy at all); otherwise each block is
-    read with h5py into the same preallocated buffer.
+    With the ``layout`` of unfiltered data (``find_layout(path, mel)`` when only ``path`` is
+    given) the blocks are views of the memory-mapped file (``MappedRows``: no copy at all);
+    otherwise each block is read with h5py into the same preallocated buffer.
     """
-    mapped = MappedRows.open(path, mel) if path is not None else None
-    if mapped is None:
+    if layout is None and path is not None:
+        layout = find_layout(path, mel)
+    if layout is None:
         return _read_and_reduce(mel, start, stop, step)
-    with mapped:
-        scratch = np.empty((step, math.prod(mapped.row_shape)), dtype=np.float32)
-        parts = [block_stats(view, scratch) for _, view in mapped.blocks(start, stop, step)]
+    return mapped_stats(path, layout, start, stop, step)
+
+
+def mapped_stats(path: Path, layout: Layout, start: int, stop: int, step: int) -> RowStats:
+    """Statistics of rows ``start:stop`` of a mapped file (no h5py needed)."""
+    with MappedRows(path, layout) as mapped:
+        parts = [block_stats(view) for _, view in mapped.blocks(start, stop, step)]
     return RowStats.concat(parts) if parts else RowStats.empty()
 
 
@@ -97,18 +96,16 @@ def _read_and_reduce(mel: h5py.Dataset, start: int, stop: int, step: int) -> Row
     allocation, no page faults, and the buffer stays in cache for the passes that follow)."""
     parts: list[RowStats] = []
     row_shape = tuple(mel.shape[1:])
-    buffer = scratch = None
+    buffer = None
     file_space = mel.id.get_space()
     for first in range(start, stop, step):
         rows = min(stop, first + step) - first
         if buffer is None or buffer.shape[0] != rows:
             buffer = np.empty((rows, *row_shape), dtype=mel.dtype)
-            scratch = None if mel.dtype == np.float32 else np.empty(
-                (rows, math.prod(row_shape)), dtype=np.float32)
             memory_space = h5py.h5s.create_simple(buffer.shape)
         file_space.select_hyperslab((first,) + (0,) * len(row_shape), buffer.shape)
         mel.id.read(memory_space, file_space, buffer)
-        parts.append(block_stats(buffer, scratch))
+        parts.append(block_stats(buffer))
     return RowStats.concat(parts) if parts else RowStats.empty()
 
 
@@ -117,73 +114,77 @@ class _Plan:
     step: int                      # rows per read
     ranges: list[tuple[int, int]]  # row ranges, one per task
     row_bytes: int
+    layout: Layout | None          # where the rows lie in the file (None: read with h5py)
 
 
 def _plan(meta: SplitMeta, read_mb: float) -> _Plan:
     with h5py.File(meta.path, "r") as h5:
         step = read_rows(h5[H5_MEL], read_mb)
+        layout = find_layout(meta.path, h5[H5_MEL])
     row_bytes = meta.nbytes // max(1, meta.n_files)
     task_rows = max(step, TASK_BYTES // max(1, row_bytes) // step * step)
     ranges = [(a, min(meta.n_files, a + task_rows)) for a in range(0, meta.n_files, task_rows)]
-    return _Plan(step, ranges, row_bytes)
+    return _Plan(step, ranges, row_bytes, layout)
 
 
-@contextlib.contextmanager
-def single_threaded_torch() -> Iterator[None]:
-    """torch on one thread while converting cache-sized blocks, restored afterwards.
-
-    torch's intra-op threads fight numpy / OpenBLAS for the same cores on blocks this small
-    (measured: 0.6 GB/s with two threads, 8 GB/s with one).
-    """
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
-def _task(path: str, start: int, stop: int, step: int) -> RowStats:
+def _task(path: str, start: int, stop: int, step: int, layout: Layout | None) -> RowStats:
+    if layout is not None:
+        return mapped_stats(Path(path), layout, start, stop, step)
     with h5py.File(path, "r") as h5:
-        return stream_rows(h5[H5_MEL], start, stop, step, Path(path))
+        return stream_rows(h5[H5_MEL], start, stop, step)
 
 
 def stream_split(meta: SplitMeta, read_mb: float, pool: SummaryPool | None = None,
                  progress: bool = True) -> RowStats:
     """Row statistics of a summarisable split, in-process or over ``pool``'s workers."""
+    return start_split(meta, read_mb, pool).result(progress)
+
+
+def start_split(meta: SplitMeta, read_mb: float, pool: SummaryPool | None = None) -> PendingSplit:
+    """Hand a split's row ranges to ``pool``'s workers now (large splits), or later in-process.
+
+    The caller can do other work (read the id columns) while the workers stream.
+    """
     plan = _plan(meta, read_mb)
-    bar = tqdm(total=meta.nbytes, unit="B", unit_scale=True, unit_divisor=1024,
-               desc=f"validate {meta.split}", disable=not progress, leave=False)
-    with bar, single_threaded_torch():
-        if pool is None or pool.size == 1 or len(plan.ranges) == 1 or \
-                meta.nbytes < POOL_MIN_BYTES:
-            return _stream_inline(meta, plan, bar)
-        return _stream_pool(meta, plan, pool, bar)
-
-
-def _stream_inline(meta: SplitMeta, plan: _Plan, bar: tqdm) -> RowStats:
-    parts = []
-    with h5py.File(meta.path, "r") as h5:
-        for a, b in plan.ranges:
-            parts.append(stream_rows(h5[H5_MEL], a, b, plan.step, meta.path))
-            bar.update((b - a) * plan.row_bytes)
-    return RowStats.concat(parts) if parts else RowStats.empty()
-
-
-def _stream_pool(meta: SplitMeta, plan: _Plan, pool: SummaryPool, bar: tqdm) -> RowStats:
+    if pool is None or pool.size == 1 or len(plan.ranges) == 1 or meta.nbytes < POOL_MIN_BYTES:
+        return PendingSplit(meta, plan, None)
     log.info("validate %s: %d MiB over %d worker processes", meta.split, meta.nbytes // MIB,
              pool.size)
+    warm_up()                              # compiled once here; forked workers inherit it
     executor = pool.executor()
-    futures = [executor.submit(_task, str(meta.path), a, b, plan.step) for a, b in plan.ranges]
-    parts = []
-    try:
-        for future, (a, b) in zip(futures, plan.ranges, strict=True):
-            parts.append(future.result())  # in row order: results are concatenated as they are
-            bar.update((b - a) * plan.row_bytes)
-    finally:
-        for future in futures:             # a failed task: drop the rest of this split
-            future.cancel()
-    return RowStats.concat(parts)
+    return PendingSplit(meta, plan, [executor.submit(_task, str(meta.path), a, b, plan.step,
+                                                     plan.layout) for a, b in plan.ranges])
+
+
+class PendingSplit:
+    """The row statistics of one split: computing in worker processes, or to compute inline."""
+
+    def __init__(self, meta: SplitMeta, plan: _Plan, futures: list[Future] | None) -> None:
+        self.meta, self.plan, self.futures = meta, plan, futures
+
+    def result(self, progress: bool = True) -> RowStats:
+        bar = tqdm(total=self.meta.nbytes, unit="B", unit_scale=True, unit_divisor=1024,
+                   desc=f"validate {self.meta.split}", disable=not progress, leave=False)
+        with bar:
+            return self._inline(bar) if self.futures is None else self._collect(bar)
+
+    def _inline(self, bar: tqdm) -> RowStats:
+        parts = []
+        for a, b in self.plan.ranges:
+            parts.append(_task(str(self.meta.path), a, b, self.plan.step, self.plan.layout))
+            bar.update((b - a) * self.plan.row_bytes)
+        return RowStats.concat(parts) if parts else RowStats.empty()
+
+    def _collect(self, bar: tqdm) -> RowStats:
+        parts = []
+        try:
+            for future, (a, b) in zip(self.futures, self.plan.ranges, strict=True):
+                parts.append(future.result())  # in row order: concatenated as they come
+                bar.update((b - a) * self.plan.row_bytes)
+        finally:
+            for future in self.futures:        # a failed task: drop the rest of this split
+                future.cancel()
+        return RowStats.concat(parts)
 
 
 # -- the per-file DataFrame -----------------------------------------------------------------
@@ -237,9 +238,18 @@ def split_checksum(meta: SplitMeta, columns: dict[str, np.ndarray],
 def summarise_split(meta: SplitMeta, *, read_mb: float, constant_tol: float,
                     pool: SummaryPool | None = None, progress: bool = True) -> SplitSummary:
     """Stream ``meta``'s split into its per-file summary (``meta`` must be summarisable)."""
-    start = time.perf_counter()
-    stats = stream_split(meta, read_mb, pool, progress)
+    return finish_split(start_split(meta, read_mb, pool), constant_tol, progress)
+
+
+def finish_split(pending: PendingSplit, constant_tol: float,
+                 progress: bool = True) -> SplitSummary:
+    """The per-file summary of a started split: its id columns are read while workers stream.
+
+    Start every split before finishing the first, and the workers never wait between splits.
+    """
+    meta, start = pending.meta, time.perf_counter()
     columns = read_columns(meta.path)
+    stats = pending.result(progress)
     frame = summary_frame(meta, stats, columns, constant_tol)
     seconds = time.perf_counter() - start
     log.debug("validate %s: %d files, %.1f MiB in %.2f s", meta.split, meta.n_files,
