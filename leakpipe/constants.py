@@ -25,7 +25,6 @@ ATTR_CLASS_NAMES = "class_names"
 ATTR_LEAK_CLASS = "leak_class"
 ATTR_FEATURES = "feature_config"
 ATTR_VERSION = "leakpipe_version"
-ATTR_CREATED = "created_utc"
 ATTR_SPLIT = "split"
 ATTR_CHUNK_ROWS = "chunk_rows"
 

@@ -6,7 +6,6 @@ error never leaves a half-written split that DVC could cache as valid.
 
 from __future__ import annotations
 
-import datetime as dt
 import os
 from pathlib import Path
 from types import TracebackType
@@ -19,7 +18,6 @@ from leakpipe.config import FeatureConfig
 from leakpipe.constants import (
     ATTR_CHUNK_ROWS,
     ATTR_CLASS_NAMES,
-    ATTR_CREATED,
     ATTR_FEATURES,
     ATTR_LEAK_CLASS,
     ATTR_SCHEMA_VERSION,
@@ -65,12 +63,12 @@ class SplitWriter:
         f.attrs[ATTR_LEAK_CLASS] = LEAK_CLASS
         f.attrs[ATTR_FEATURES] = encode_json(features.to_dict())
         f.attrs[ATTR_VERSION] = __version__
-        f.attrs[ATTR_CREATED] = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
         f.attrs[ATTR_SPLIT] = split
         f.attrs[ATTR_CHUNK_ROWS] = self._chunk
         self._datasets = {
             H5_MEL: f.create_dataset(H5_MEL, shape=(0, *shape), maxshape=(None, *shape),
-                                     dtype=dtype, chunks=(self._chunk, *shape)),
+                                     dtype=dtype, chunks=(self._chunk, *shape),
+                                     track_times=False),
             H5_LABELS: self._column(H5_LABELS, np.int16),
             H5_RECORDING_ID: self._column(H5_RECORDING_ID, _STR),
             H5_GROUP: self._column(H5_GROUP, _STR),
@@ -80,11 +78,11 @@ class SplitWriter:
             n = features.clip_samples
             self._datasets[H5_WAVEFORM] = f.create_dataset(
                 H5_WAVEFORM, shape=(0, n), maxshape=(None, n), dtype=np.float32,
-                chunks=(self._chunk, n))
+                chunks=(self._chunk, n), track_times=False)
 
     def _column(self, name: str, dtype: object) -> h5py.Dataset:
         return self._h5.create_dataset(name, shape=(0,), maxshape=(None,), dtype=dtype,
-                                       chunks=(max(self._chunk, 256),))
+                                       chunks=(max(self._chunk, 256),), track_times=False)
 
     def append(self, mel: np.ndarray, label: int, recording_id: str, group: str,
                waveform: np.ndarray | None = None) -> None:
