@@ -1,4 +1,4 @@
-"""Tests of leakpipe.audio.synth and leakpipe.audio.sources: layout, determinism, physics."""
+"""Tests of leakpipe.audio.synth, .site and .sources: layout, determinism, physics."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from scipy.signal import welch
 
 from leakpipe.audio import sources as src
 from leakpipe.audio import synth
+from leakpipe.audio.site import MATERIALS, Site, draw_site
 from leakpipe.config import SynthConfig, load_section
 from leakpipe.constants import KNOWN_CLASSES, MANIFEST_NAME
 
@@ -23,7 +24,7 @@ PARAMS = Path(__file__).resolve().parents[1] / "params.yaml"
 BASE = SynthConfig(seed=123, classes=KNOWN_CLASSES, n_sites=3, recordings_per_class=1,
                    leak_share=0.42, scale=1.0, sample_rate=SR, duration_s=1.0, difficulty=1.0,
                    transient_rate_hz=0.4, subtype="PCM_16")
-METAL, PLASTIC = src.draw_site(BASE.seed, 0), src.draw_site(BASE.seed, 1)
+METAL, PLASTIC = draw_site(BASE.seed, 0), draw_site(BASE.seed, 1)
 
 
 def read_manifest(root: Path) -> list[dict[str, str]]:
@@ -45,7 +46,7 @@ def centroid(x: np.ndarray) -> float:
     return float((freqs * power).sum() / power.sum())
 
 
-def mean_psd(cfg: SynthConfig, site: src.Site, cls: str, count: int) -> tuple[np.ndarray, ...]:
+def mean_psd(cfg: SynthConfig, site: Site, cls: str, count: int) -> tuple[np.ndarray, ...]:
     spectra = [psd(synth.render_recording(cfg, site, cls, i)) for i in range(count)]
     return spectra[0][0], np.mean([p for _, p in spectra], axis=0)
 
@@ -84,9 +85,9 @@ def test_generate_writes_manifest_and_readable_files(tmp_path):
     assert summary.n_recordings == len(rows) == BASE.n_sites * sum(per_site.values())
     assert dict(summary.class_counts) == {c: k * BASE.n_sites for c, k in per_site.items()}
     for site in range(BASE.n_sites):
-        site_rows = [r for r in rows if r["group"] == src.draw_site(BASE.seed, site).site_id]
+        site_rows = [r for r in rows if r["group"] == draw_site(BASE.seed, site).site_id]
         assert len(site_rows) == sum(per_site.values())
-        assert {r["material"] for r in site_rows} == {src.MATERIALS[site % 2]}
+        assert {r["material"] for r in site_rows} == {MATERIALS[site % 2]}
     for row in rows:
         info = sf.info(out / row["path"])
         assert row["path"].startswith(f"{row['class']}/{row['group']}_{row['class']}_")
@@ -135,7 +136,7 @@ def test_same_seed_gives_identical_bytes_and_another_seed_does_not(tmp_path):
 
 
 def test_render_does_not_depend_on_order():
-    site = src.draw_site(BASE.seed, 2)
+    site = draw_site(BASE.seed, 2)
     keys = [(cls, i) for cls in ("LEAK", "CRACK") for i in range(2)]
     forward = {k: synth.render_recording(BASE, site, *k) for k in keys}
     backward = {k: synth.render_recording(BASE, site, *k) for k in reversed(keys)}
@@ -144,9 +145,9 @@ def test_render_does_not_depend_on_order():
 
 
 def test_sites_are_deterministic_and_alternate_material():
-    assert src.draw_site(7, 3) == src.draw_site(7, 3)
-    assert src.draw_site(7, 3) != src.draw_site(8, 3)
-    assert [src.draw_site(7, i).material for i in range(4)] == ["metal", "plastic"] * 2
+    assert draw_site(7, 3) == draw_site(7, 3)
+    assert draw_site(7, 3) != draw_site(8, 3)
+    assert [draw_site(7, i).material for i in range(4)] == ["metal", "plastic"] * 2
 
 
 # --- physics ---------------------------------------------------------------------------------
@@ -163,7 +164,7 @@ def test_leak_puts_more_energy_in_the_resonance_band_than_normal_flow(site):
 
 def test_metal_leak_band_sits_above_plastic_and_below_2_khz():
     rng = np.random.default_rng(0)
-    sites = [src.draw_site(11, i) for i in range(10)]
+    sites = [draw_site(11, i) for i in range(10)]
     cents = {s.index: centroid(src.leak_noise(rng, 4 * SR, SR, s)) for s in sites}
     metal = [cents[s.index] for s in sites if s.material == "metal"]
     plastic = [cents[s.index] for s in sites if s.material == "plastic"]
@@ -182,7 +183,7 @@ def test_normal_flow_noise_is_lower_than_leak_noise():
 
 @pytest.mark.parametrize("index", range(4))
 def test_background_shows_a_mains_hum_peak(index):
-    site = src.draw_site(BASE.seed, index)
+    site = draw_site(BASE.seed, index)
     x = synth.render_recording(dataclasses.replace(BASE, duration_s=4.0), site, "BACKGROUND", 0)
     freqs, power = psd(x, nperseg=4 * SR)  # 0.25 Hz bins
     low = (freqs > 40) & (freqs < 70)
@@ -214,7 +215,7 @@ def test_transients_add_short_loud_events():
 def test_recordings_never_clip(tmp_path):
     cfg = dataclasses.replace(BASE, transient_rate_hz=3.0, difficulty=0.0)
     for site_index in range(3):
-        site = src.draw_site(cfg.seed, site_index)
+        site = draw_site(cfg.seed, site_index)
         for cls in KNOWN_CLASSES:
             x = synth.render_recording(cfg, site, cls, 0)
             assert x.dtype == np.float32

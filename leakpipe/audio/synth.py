@@ -1,10 +1,11 @@
 """The `synth` stage's engine: physically motivated synthetic leak / non-leak recordings.
 
-Each recording is a mixture at one site (see ``leakpipe.audio.sources``): ambient noise, the
-class's own character (a ``Recipe``) and transient interference on every class, heard through
-the site's sensor and written at the site's logger gain, turned down only where a peak would
-clip. Every recording draws from its own ``np.random.Generator`` seeded by (seed, site, class,
-index), so the output does not depend on the order of rendering. See docs/synth.md.
+Each recording is a mixture at one site (see ``leakpipe.audio.site``) of sound sources (see
+``leakpipe.audio.sources``): ambient noise, the class's own character (a ``Recipe``) and
+transient interference on every class, heard through the site's sensor and written at the
+site's logger gain, turned down only where a peak would clip. Every recording draws from its
+own ``np.random.Generator`` seeded by (seed, site, class, index), so the output does not depend
+on the order of rendering. See docs/synth.md.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ import soundfile as sf
 from tqdm import tqdm
 
 from leakpipe.audio import sources as src
-from leakpipe.audio.sources import Site
+from leakpipe.audio.site import RECORDING_STREAM, SENSOR_NOISE_DB, Site, draw_site
+from leakpipe.audio.spectral import apply_sensor
 from leakpipe.config import SynthConfig
 from leakpipe.constants import KNOWN_CLASSES, LEAK_CLASS, MANIFEST_NAME
 
@@ -122,7 +124,7 @@ def n_samples(cfg: SynthConfig) -> int:
 
 def recording_rng(seed: int, site: int, cls: str, index: int) -> np.random.Generator:
     """The independent generator of one recording (class coded by its place in KNOWN_CLASSES)."""
-    entropy = [seed, src.RECORDING_STREAM, site, KNOWN_CLASSES.index(cls), index]
+    entropy = [seed, RECORDING_STREAM, site, KNOWN_CLASSES.index(cls), index]
     return np.random.default_rng(np.random.SeedSequence(entropy))
 
 
@@ -150,9 +152,9 @@ def render_recording(cfg: SynthConfig, site: Site, cls: str, index: int) -> np.n
         mech = mech + recipe.signature(rng, n, sr, site, cfg.difficulty)
     rate = cfg.transient_rate_hz * recipe.transient_factor
     mech = mech + src.transients(rng, n, sr, site, rate)
-    heard = src.apply_sensor(mech, sr, site)
+    heard = apply_sensor(mech, sr, site)
     heard = heard + _maybe(rng, recipe.hum, lambda r: src.mains_hum(r, n, sr, site))
-    heard = heard + src.white_noise(rng, n) * 10.0 ** (src.SENSOR_NOISE_DB / 20.0)
+    heard = heard + src.white_noise(rng, n) * 10.0 ** (SENSOR_NOISE_DB / 20.0)
     return to_full_scale(heard, site).astype(np.float32)
 
 
@@ -174,7 +176,7 @@ def recording_name(site: Site, cls: str, index: int) -> str:
 def _plan(cfg: SynthConfig) -> Iterator[tuple[Site, str, int]]:
     counts = counts_per_site(cfg)
     for site_index in range(cfg.n_sites):
-        site = src.draw_site(cfg.seed, site_index)
+        site = draw_site(cfg.seed, site_index)
         for cls in cfg.classes:
             for index in range(counts[cls]):
                 yield site, cls, index

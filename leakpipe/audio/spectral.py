@@ -1,0 +1,62 @@
+"""Spectral helpers of the synthetic sources: filter shapes, shaped noise, envelopes, the sensor.
+
+Sources are built in the frequency domain: a noise is Gaussian rfft bins times an amplitude
+spectrum (``shaped_noise``), and the sensor multiplies a signal's rfft by its response. So every
+filter here is a magnitude over ``freqs`` in Hz, not a time-domain filter: a source's spectrum
+is the one written down, whatever the length and sample rate.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from leakpipe.audio.site import Site
+
+
+def resonance(freqs: np.ndarray, fc: float, q: float) -> np.ndarray:
+    """Magnitude of a second-order band-pass at ``fc`` Hz with quality factor ``q`` (peak 1)."""
+    f = np.maximum(freqs, 1e-6)
+    return 1.0 / np.sqrt(1.0 + q**2 * (f / fc - fc / f) ** 2)
+
+
+def highpass(freqs: np.ndarray, fc: float) -> np.ndarray:
+    """Magnitude of a second-order Butterworth high-pass at ``fc`` Hz."""
+    return 1.0 / np.sqrt(1.0 + (fc / np.maximum(freqs, 1e-6)) ** 4)
+
+
+def unit_rms(x: np.ndarray) -> np.ndarray:
+    rms = float(np.sqrt(np.mean(x**2)))
+    return x / rms if rms > 0 else x
+
+
+def shaped_noise(rng: np.random.Generator, n: int, gain: np.ndarray) -> np.ndarray:
+    """Unit-RMS Gaussian noise of ``n`` samples with amplitude spectrum ``gain`` (rfft bins)."""
+    spec = rng.standard_normal(gain.size) + 1j * rng.standard_normal(gain.size)
+    return unit_rms(np.fft.irfft(spec * gain, n))
+
+
+def smooth_curve(rng: np.random.Generator, n: int, sr: int, sigma: float,
+                 rate_hz: float) -> np.ndarray:
+    """Zero-mean Gaussian control points every ``1 / rate_hz`` s, linearly interpolated."""
+    n_points = max(2, int(np.ceil(n / sr * rate_hz)) + 1)
+    points = rng.normal(0.0, sigma, n_points)
+    return np.interp(np.arange(n), np.linspace(0, n - 1, n_points), points)
+
+
+def slow_envelope(rng: np.random.Generator, n: int, sr: int, depth_db: float,
+                  rate_hz: float) -> np.ndarray:
+    """A smooth gain curve: log-normal level wander of ``depth_db`` (1 sigma) at ``rate_hz``."""
+    return 10.0 ** (smooth_curve(rng, n, sr, depth_db, rate_hz) / 20.0)
+
+
+def sensor_response(freqs: np.ndarray, site: Site) -> np.ndarray:
+    """Magnitude response of the site's sensor: high-pass plus a mounting resonance."""
+    peak = site.sensor_resonance_gain * resonance(freqs, site.sensor_resonance_hz,
+                                                  site.sensor_resonance_q)
+    return highpass(freqs, site.sensor_highpass_hz) * (1.0 + peak)
+
+
+def apply_sensor(x: np.ndarray, sr: int, site: Site) -> np.ndarray:
+    """What the site's sensor makes of the mechanical signal ``x``."""
+    freqs = np.fft.rfftfreq(x.size, 1.0 / sr)
+    return np.fft.irfft(np.fft.rfft(x) * sensor_response(freqs, site), x.size)
