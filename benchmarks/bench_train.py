@@ -2,8 +2,8 @@
 
 One invocation, one synthetic split (``bench_train_input.write_split``), the params.yaml model,
 loss, optimizer and batch size, and the stage's own step loop (``leakpipe.train.loop.
-train_one_epoch``, timed by the stage's own profiler ``leakpipe.monitor.StepProfiler``). Four
-batch feeds, interleaved in rounds so that machine noise hits them alike:
+train_one_epoch``, timed by the stage's own profiler ``leakpipe.monitor.steps.StepProfiler``).
+Four batch feeds, interleaved in rounds so that machine noise hits them alike:
 
 * ``ceiling``: one batch already in place, stepped on again and again (the compute ceiling);
 * ``ram``: ``ResidentSource`` over the split in RAM (the preload stage's ``ram`` placement);
@@ -50,7 +50,7 @@ from leakpipe.data.resident_source import ResidentSource  # noqa: E402
 from leakpipe.data.split_info import load_resident  # noqa: E402
 from leakpipe.data.stream_source import StreamSource  # noqa: E402
 from leakpipe.model import create_model  # noqa: E402
-from leakpipe.monitor import StepProfiler, profile_steps  # noqa: E402
+from leakpipe.monitor.steps import StepProfiler, profile_steps  # noqa: E402
 from leakpipe.train.fit import configure_torch  # noqa: E402
 from leakpipe.train.loop import Batch, train_one_epoch  # noqa: E402
 from leakpipe.train.losses import LossConfig, build_loss  # noqa: E402

@@ -11,19 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from leakpipe import monitor
 from leakpipe.config import MonitorConfig
-from leakpipe.monitor import (
-    GpuSample,
-    Nvml,
-    Step,
-    StepProfiler,
-    SystemSample,
-    SystemSampler,
-    TrainMonitor,
-    profile_steps,
-    write_profile,
-)
+from leakpipe.monitor.artifact import write_profile
+from leakpipe.monitor.probe import TrainMonitor
+from leakpipe.monitor.steps import Step, StepProfiler, profile_steps
+from leakpipe.monitor.system import VISIBLE_DEVICES, GpuSample, Nvml, SystemSample, SystemSampler
 
 CFG = MonitorConfig(enabled=True, interval_s=0.01, gpu=True, spike_factor=3.0, max_spikes=2,
                     mlflow_system_metrics=False, mlflow_interval_s=10.0)
@@ -161,7 +153,7 @@ def test_no_driver_gives_a_cpu_only_profile(monkeypatch: pytest.MonkeyPatch) -> 
 
 def test_visible_gpus_are_sampled(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setitem(sys.modules, "pynvml", _fake_pynvml())
-    monkeypatch.setenv(monitor.VISIBLE_DEVICES, "1")
+    monkeypatch.setenv(VISIBLE_DEVICES, "1")
     sampler = SystemSampler(0.01)
     assert sampler.gpu_note == ""
     assert sampler.sample().gpus == (GpuSample(1, 41.0, 1024.0, 4096.0),)
