@@ -4,7 +4,7 @@ NumPy would take five passes over a float32 copy of each block (copy, sum, sum o
 max) plus one for the fingerprint; here each row is walked twice while it sits in the cache:
 
 1. over the stored 16-bit patterns: the integer extremes (exact min / max / finiteness, see
-   ``leakpipe.validate.stats.half_extremes``), the 64-bit fingerprint words, and each value's
+   ``leakpipe.validate.stats.half_values``), the 64-bit fingerprint words, and each value's
    float32 bits (sign and magnitude shifted into place; the float then times 2**112 is the exact
    value for normal and subnormal halves alike);
 2. over those float32 values: the sum and the sum of squares.
