@@ -9,7 +9,11 @@ Four batch feeds, interleaved in rounds so that machine noise hits them alike:
 * ``ram``: ``ResidentSource`` over the split in RAM (the preload stage's ``ram`` placement);
 * ``stream``: ``StreamSource`` reading the HDF5 file while training (``stream``);
 * ``original``: the original design, a ``Dataset`` whose ``__getitem__`` reads ONE segment with
-  h5py, through a ``DataLoader`` with worker processes (``bench_train_input.original_loader``).
+  h5py, through a ``DataLoader`` with worker processes (``bench_train_input.original_loader``);
+* ``ram_aug`` / ``stream_aug``: ``ram`` / ``stream`` with ``train.input_norm: clip_band`` and
+  ``train.augment`` on (params.yaml's amounts): the batch transform runs in the sources' finish
+  step, so its cost shows as data wait. Under clip_band the gain / EQ draw cancels, but the
+  per-file table gather and add run all the same; mixing and masks run as configured.
 
 Per feed: segments/s, the ratio to the ceiling and to the original, the data-wait fraction of
 step time, p50 / p99 step time and the spikes (steps over ``monitor.spike_factor`` x median).
@@ -22,6 +26,7 @@ Input-only throughput (no model) is ``bench_train_input.py``'s job; not repeated
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import json
 import logging
@@ -46,8 +51,9 @@ from bench_train_input import (  # noqa: E402  (a sibling script, not a package)
 )
 
 from leakpipe.config import TrainConfig, load_section  # noqa: E402
+from leakpipe.data.augment import make_transform  # noqa: E402
 from leakpipe.data.resident_source import ResidentSource  # noqa: E402
-from leakpipe.data.split_info import load_resident  # noqa: E402
+from leakpipe.data.split_info import load_resident, read_split_info  # noqa: E402
 from leakpipe.data.stream_source import StreamSource  # noqa: E402
 from leakpipe.model import create_model  # noqa: E402
 from leakpipe.monitor.steps import StepProfiler, profile_steps  # noqa: E402
@@ -57,7 +63,8 @@ from leakpipe.train.losses import LossConfig, build_loss  # noqa: E402
 from leakpipe.train.optim import create_optimization  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
-MODES = ("ceiling", "ram", "stream", "original")
+MODES = ("ceiling", "ram", "stream", "ram_aug", "stream_aug", "original")
+AUG_NORM = "clip_band"    # the input_norm of the augmented feeds
 WARMUP_STEPS = 2          # untimed steps per feed before the rounds
 MAX_SPIKES = 10
 STORED = torch.float16    # feeds hand over batches as stored; the loop casts, as in the stage
@@ -89,21 +96,31 @@ class Trainer:
                         device=self.setup.device)
 
 
-def feeds(path: Path, cfg: TrainConfig, buffer_chunks: int) -> tuple[dict[str, Any], Any]:
-    """The four batch iterators (endless enough for the rounds), and the stream to close."""
+def feeds(path: Path, cfg: TrainConfig, buffer_chunks: int) -> tuple[dict[str, Any], list]:
+    """The batch iterators (endless enough for the rounds), and the streams to close."""
     data = load_resident(path, "ram", "cpu", binary=cfg.binary)
     ram = ResidentSource(data, cfg.batch_size, seed=SEED, dtype=STORED)
     fixed = next(iter(ResidentSource(data, cfg.batch_size, seed=SEED + 1, dtype=STORED)))
     stream = StreamSource(path, cfg.batch_size, seed=SEED, binary=cfg.binary, dtype=STORED,
                           buffer_chunks=buffer_chunks)
+    augment = dataclasses.replace(cfg.augment, enabled=True)
+    ram_aug = ResidentSource(data, cfg.batch_size, seed=SEED, dtype=STORED,
+                             transform=make_transform(data.info, norm=AUG_NORM, augment=augment,
+                                                      seed=SEED, segments=data.segments))
+    info = read_split_info(path, cfg.binary)
+    stream_aug = StreamSource(path, cfg.batch_size, seed=SEED, binary=cfg.binary, dtype=STORED,
+                              buffer_chunks=buffer_chunks,
+                              transform=make_transform(info, norm=AUG_NORM, augment=augment,
+                                                       seed=SEED))
 
     def epochs(source: Any) -> Iterator[Batch]:
         for epoch in itertools.count():
             yield from source.epoch(epoch)
 
     its = {"ceiling": repeat_batch(fixed), "ram": epochs(ram), "stream": epochs(stream),
+           "ram_aug": epochs(ram_aug), "stream_aug": epochs(stream_aug),
            "original": with_file_index(original_loader(path, cfg.batch_size))}
-    return {"iterators": its, "data": data}, stream
+    return {"iterators": its, "data": data}, [stream, stream_aug]
 
 
 def measure(trainer: Trainer, its: dict[str, Iterator[Batch]], rounds: int,
@@ -140,14 +157,18 @@ def ratios(result: dict[str, Any]) -> None:
     rate = {k: v["perf/step_samples_per_s"] for k, v in training.items()}
     result["ratios_vs_ceiling"] = {k: rate[k] / rate["ceiling"] for k in MODES}
     result["ratios_vs_original"] = {k: rate[k] / rate["original"] for k in MODES}
+    wait = {k: v["perf/data_wait_frac"] for k, v in training.items()}
+    result["augment"]["data_wait_frac"] = {
+        placement: {"off": wait[placement], "on": wait[f"{placement}_aug"]}
+        for placement in ("ram", "stream")}
 
 
 def print_table(result: dict[str, Any]) -> None:
-    print(f"\n{'feed':<10}{'seg/s':>10}{'x ceiling':>11}{'x original':>12}{'data wait':>11}"
+    print(f"\n{'feed':<12}{'seg/s':>10}{'x ceiling':>11}{'x original':>12}{'data wait':>11}"
           f"{'p50 ms':>9}{'p99 ms':>9}{'spikes':>8}")
     for name in MODES:
         r = result["training"][name]
-        print(f"{name:<10}{r['perf/step_samples_per_s']:>10,.0f}"
+        print(f"{name:<12}{r['perf/step_samples_per_s']:>10,.0f}"
               f"{result['ratios_vs_ceiling'][name]:>11.3f}"
               f"{result['ratios_vs_original'][name]:>12.1f}"
               f"{100 * r['perf/data_wait_frac']:>10.2f}%{r['perf/step_p50_ms']:>9.1f}"
@@ -162,13 +183,18 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         path = Path(tmp) / "train.h5"
         write_split(path, features, args.files)
         result = describe(path, cfg.batch_size, args.buffer_chunks, torch.device("cpu"))
-        made, stream = feeds(path, cfg, args.buffer_chunks)
+        made, streams = feeds(path, cfg, args.buffer_chunks)
         info = made["data"].info
         counts = [int((info.file_labels == c).sum()) for c in range(len(info.classes))]
         trainer = Trainer(cfg, len(info.classes), info.leak_label, counts)
-        with stream:
+        try:
             result["training"] = measure(trainer, made["iterators"], args.rounds, args.steps,
                                          monitor.spike_factor)
+        finally:
+            for stream in streams:
+                stream.close()
+    result["augment"] = {"feeds": ["ram_aug", "stream_aug"], "input_norm": AUG_NORM,
+                         "params": dataclasses.asdict(cfg.augment) | {"enabled": True}}
     result["original"] = {"workers": ORIGINAL_WORKERS, "prefetch_factor": ORIGINAL_PREFETCH,
                           "timed_steps": args.rounds * args.steps,
                           "untimed_steps": WARMUP_STEPS + ORIGINAL_WORKERS * ORIGINAL_PREFETCH}

@@ -3,7 +3,9 @@
 Recordings are processed in a process pool (in manifest order, so the output is deterministic)
 and streamed into the split files as they finish, so memory stays bounded by a few recordings.
 All split files are written under temporary names and renamed only when the whole build
-succeeded; unusable recordings are listed with their reason in the report.
+succeeded; unusable recordings are listed with their reason in the report. Every recording's
+channels are checked for clipping, DC offset and dead channels (``leakpipe.audio.quality``):
+a failed check in ``build.quality.reject`` makes it unusable, any other is listed as flagged.
 """
 
 from __future__ import annotations
@@ -23,8 +25,9 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from leakpipe.config import BuildConfig, FeatureConfig
-from leakpipe.constants import LEAK_CLASS, SPLITS
+from leakpipe.audio.quality import Issue, check_signal
+from leakpipe.config import BuildConfig, FeatureConfig, QualityConfig
+from leakpipe.constants import ALL_CLIPS, LEAK_CLASS, SPLITS
 from leakpipe.data.manifest import Recording, discover
 from leakpipe.data.splits import assign_splits
 from leakpipe.data.writer import SplitWriter
@@ -41,6 +44,7 @@ class RecordingResult:
     mel: np.ndarray | None = None        # (clips, n_long, n_short, n_mels, n_frames)
     waveform: np.ndarray | None = None   # (clips, clip_samples)
     error: str | None = None
+    issues: tuple[Issue, ...] = ()       # failed signal checks (leakpipe.audio.quality)
 
 
 @dataclass
@@ -51,7 +55,8 @@ class BuildReport:
     features: dict[str, Any]
     recordings: dict[str, dict[str, int]] = field(default_factory=dict)
     clips: dict[str, int] = field(default_factory=dict)
-    unusable: list[dict[str, str]] = field(default_factory=list)
+    unusable: list[dict[str, Any]] = field(default_factory=list)
+    flagged: list[dict[str, Any]] = field(default_factory=list)
     skipped_classes: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
     workers: int = 1
@@ -67,12 +72,19 @@ class BuildReport:
             "n_recordings": used,
             "n_unusable": len(self.unusable),
             "unusable": self.unusable,
+            "n_flagged": len(self.flagged),
+            "flagged_by_check": self.flagged_by_check(),
+            "flagged": self.flagged,
             "skipped_classes": self.skipped_classes,
             "seconds": round(self.seconds, 3),
             "recordings_per_s": round(used / self.seconds, 2) if self.seconds else None,
             "workers": self.workers,
             "sha256": self.sha256,
         }
+
+    def flagged_by_check(self) -> dict[str, int]:
+        """Flagged (kept) recordings per failed check."""
+        return dict(sorted(Counter(c for f in self.flagged for c in f["checks"]).items()))
 
 
 # -- per recording (runs in worker processes) --------------------------------------------------
@@ -81,24 +93,33 @@ class BuildReport:
 @dataclass(frozen=True)
 class _Job:
     features: FeatureConfig
-    n_clips: int
+    n_clips: int | None  # None = every non-overlapping clip
     min_fraction: float
     store_waveform: bool
+    quality: QualityConfig
 
 
 def process_recording(job: _Job, index: int, path: Path) -> RecordingResult:
-    """Load, clip, segment and log-mel one recording; errors become a reason string."""
-    from leakpipe.audio.io import AudioError, load_clips
+    """Load, check, clip, segment and log-mel one recording; errors become a reason string."""
+    from leakpipe.audio.io import AudioError, cut_clips, read_frames, to_mono
     from leakpipe.features.mel import clip_features
 
     try:
-        clips = load_clips(path, job.features, job.n_clips, job.min_fraction)
+        audio = read_frames(path)
+        issues = tuple(check_signal(audio.data, audio.subtype, job.quality))
+        rejected = [i.reason for i in issues if i.check in job.quality.reject]
+        if rejected:
+            return RecordingResult(index, error=f"{path}: {'; '.join(rejected)} "
+                                                "(build.quality.reject)", issues=issues)
+        clips = cut_clips(to_mono(audio.data, path), audio.sample_rate, path, job.features,
+                          job.n_clips, job.min_fraction)
     except AudioError as exc:
         return RecordingResult(index, error=str(exc))
     except OSError as exc:
         return RecordingResult(index, error=f"{path}: {exc.strerror or exc}")
     mel = clip_features(clips, job.features)
-    return RecordingResult(index, mel=mel, waveform=clips if job.store_waveform else None)
+    return RecordingResult(index, mel=mel, waveform=clips if job.store_waveform else None,
+                           issues=issues)
 
 
 def _run_one(args: tuple[_Job, int, Path]) -> RecordingResult:
@@ -143,13 +164,15 @@ def build(cfg: BuildConfig, source: Path, out_dir: Path, progress: bool = True) 
     start = time.perf_counter()
     features = cfg.features
     report = BuildReport(class_names=(), features=features.to_dict())
-    recordings, class_names = select_classes(discover(source), cfg.classes, report)
+    recordings, class_names = select_classes(discover(source, cfg.group_by), cfg.classes,
+                                             report)
     report.class_names = class_names
     split_of = assign_splits([r.label for r in recordings], [r.group for r in recordings],
                              (cfg.split.train, cfg.split.val, cfg.split.test), cfg.split.seed)
     workers = cfg.workers or os.cpu_count() or 1
     report.workers = workers
-    job = _Job(features, cfg.clips_per_recording, cfg.min_clip_fraction, cfg.store_waveform)
+    n_clips = None if cfg.clips_per_recording == ALL_CLIPS else cfg.clips_per_recording
+    job = _Job(features, n_clips, cfg.min_clip_fraction, cfg.store_waveform, cfg.quality)
     label_of = {name: i for i, name in enumerate(class_names)}
     counts = {s: Counter() for s in SPLITS}
     log.info("build: %d recordings, classes %s, %d workers", len(recordings),
@@ -162,9 +185,14 @@ def build(cfg: BuildConfig, source: Path, out_dir: Path, progress: bool = True) 
         for result in tqdm(results, total=len(recordings), desc="build", unit="rec",
                            disable=not progress):
             rec = recordings[result.index]
+            checks = sorted({i.check for i in result.issues})
             if result.error is not None:
-                report.unusable.append({"path": str(rec.path), "reason": result.error})
+                report.unusable.append({"path": str(rec.path), "reason": result.error,
+                                        **({"checks": checks} if checks else {})})
                 continue
+            if checks:
+                report.flagged.append({"path": str(rec.path), "checks": checks,
+                                       "reason": "; ".join(i.reason for i in result.issues)})
             split = int(split_of[result.index])
             writers[split].append(result.mel, label_of[rec.label], rec.recording_id, rec.group,
                                   result.waveform)
@@ -178,6 +206,11 @@ def build(cfg: BuildConfig, source: Path, out_dir: Path, progress: bool = True) 
 
 
 def _check_errors(cfg: BuildConfig, report: BuildReport) -> None:
+    if report.flagged:
+        log.warning("build: %d recording(s) flagged %s (kept; build.quality.reject would "
+                    "leave them out), first: %s: %s", len(report.flagged),
+                    report.flagged_by_check(), report.flagged[0]["path"],
+                    report.flagged[0]["reason"])
     if not report.unusable:
         return
     first = report.unusable[0]

@@ -50,10 +50,13 @@ class SynthConfig:
     recordings_per_class: int = num(ge=1)
     leak_share: float = num(gt=0, lt=1)
     scale: float = num(gt=0)
-    sample_rate: int = num(ge=1000)
+    sample_rates: tuple[int, ...]
     duration_s: float = num(gt=0)
-    difficulty: float = num(ge=0, le=2)
+    difficulty: float = num(ge=0, le=3)
     transient_rate_hz: float = num(ge=0)
+    gain_db: float = num(ge=0, le=40)
+    clip_share: float = num(ge=0, le=1)
+    dc_share: float = num(ge=0, le=1)
     subtype: Literal["PCM_16", "PCM_24", "FLOAT"]
 
     def problems(self) -> list[tuple[str, str]]:
@@ -65,6 +68,8 @@ class SynthConfig:
             out.append(("classes", "must contain LEAK"))
         if len(self.classes) < 2 or len(set(self.classes)) != len(self.classes):
             out.append(("classes", "needs at least two distinct classes"))
+        if not self.sample_rates or min(self.sample_rates) < 1000:
+            out.append(("sample_rates", "needs at least one rate, each >= 1000 Hz"))
         return out
 
 
@@ -156,6 +161,15 @@ class SplitConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
+class QualityConfig:
+    """`build.quality`: signal checks of every recording's channels (leakpipe/audio/quality.py)."""
+
+    clip_fraction: float = num(ge=0, le=1)
+    dc_offset_max: float = num(ge=0, le=1)
+    reject: tuple[Literal["clipped", "dc_offset", "dead"], ...]
+
+
+@dataclass(frozen=True, kw_only=True)
 class BuildConfig(FeatureConfig):
     """`build`: recordings -> two-stage-segmented log-mel HDF5, one file per split.
 
@@ -167,11 +181,13 @@ class BuildConfig(FeatureConfig):
     on_error: Literal["fail", "skip"]
     workers: int = num(ge=0)
     classes: tuple[str, ...]
-    clips_per_recording: int = num(ge=1)
+    group_by: Literal["stem", "file", "folder"]
+    clips_per_recording: int | Literal["all"] = num(ge=1)
     min_clip_fraction: float = num(gt=0, le=1)
     dtype: Literal["float16", "float32"]
     store_waveform: bool
     chunk_mb: float = num(gt=0)
+    quality: QualityConfig
     split: SplitConfig
 
     @property
@@ -195,6 +211,7 @@ class ValidateConfig:
     constant_tol: float = num(ge=0)
     required_classes: tuple[str, ...]
     min_files_per_class: int = num(ge=1)
+    min_recordings_per_class: int = num(ge=1)
     class_fraction_min: float = num(ge=0, le=1)
     class_fraction_max: float = num(gt=0, le=1)
     workers: int = num(ge=0)
@@ -243,6 +260,37 @@ class ModelConfig:
         return []
 
 
+InputNorm = Literal["none", "clip_level", "clip_band"]   # leakpipe.data.input_norm
+INPUT_NORMS: tuple[str, ...] = typing.get_args(InputNorm)
+
+
+@dataclass(frozen=True, kw_only=True)
+class AugmentConfig:
+    """`train.augment`: log-mel augmentation of training batches (never val / evaluate / predict).
+
+    ``enabled: false`` leaves the batches bit-identical to plain training; each amount at 0
+    switches its operation off. See leakpipe.data.augment and docs/training.md.
+    """
+
+    enabled: bool
+    gain_db: float = num(ge=0)
+    tilt_db_per_octave: float = num(ge=0)
+    eq_bumps: int = num(ge=0)
+    eq_bump_db: float = num(ge=0)
+    eq_bump_octaves: float = num(gt=0)
+    mix_prob: float = num(ge=0, le=1)
+    mix_snr_min_db: float
+    mix_snr_max_db: float
+    freq_masks: int = num(ge=0)
+    freq_mask_bands: int = num(ge=1)
+    freq_mask_value: Literal["mean", "min"]
+
+    def problems(self) -> list[tuple[str, str]]:
+        if self.mix_snr_min_db > self.mix_snr_max_db:
+            return [("mix_snr_min_db", "must not exceed mix_snr_max_db")]
+        return []
+
+
 @dataclass(frozen=True, kw_only=True)
 class TrainConfig:
     """`train`: optimisation, loss, precision, validation decision rule, checkpoints."""
@@ -284,6 +332,8 @@ class TrainConfig:
     init_checkpoint: str
     reset_optimizer: bool
     log_every_steps: int = num(ge=0)
+    input_norm: InputNorm
+    augment: AugmentConfig
 
     def problems(self) -> list[tuple[str, str]]:
         out = []
@@ -336,6 +386,87 @@ class EvaluateConfig:
     def problems(self) -> list[tuple[str, str]]:
         if self.threshold_min > self.threshold_max:
             return [("threshold_min", "must not exceed threshold_max")]
+        return []
+
+
+def _grid_problems(grid: Any) -> list[tuple[str, str]]:
+    """Every hyper-parameter list of a baseline grid is non-empty and positive (None allowed)."""
+    out = []
+    for f in dataclasses.fields(grid):
+        values = getattr(grid, f.name)
+        if not values:
+            out.append((f.name, "must list at least one value"))
+        elif any(v is not None and v <= 0 for v in values):
+            out.append((f.name, f"values must be > 0, got {list(values)}"))
+    return out
+
+
+@dataclass(frozen=True, kw_only=True)
+class RandomForestGrid:
+    """`baselines.random_forest`: values tried on val for scikit-learn's random forest."""
+
+    n_estimators: tuple[int, ...]
+    max_depth: tuple[int | None, ...]
+    min_samples_leaf: tuple[int, ...]
+
+    def problems(self) -> list[tuple[str, str]]:
+        return _grid_problems(self)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SvmGrid:
+    """`baselines.svm`: values tried on val for the RBF support vector machine."""
+
+    C: tuple[float, ...]
+    gamma: tuple[float, ...]
+
+    def problems(self) -> list[tuple[str, str]]:
+        return _grid_problems(self)
+
+
+@dataclass(frozen=True, kw_only=True)
+class XgboostGrid:
+    """`baselines.xgboost`: values tried on val for XGBoost's gradient-boosted trees."""
+
+    n_estimators: tuple[int, ...]
+    max_depth: tuple[int, ...]
+    learning_rate: tuple[float, ...]
+
+    def problems(self) -> list[tuple[str, str]]:
+        return _grid_problems(self)
+
+
+@dataclass(frozen=True, kw_only=True)
+class LogregGrid:
+    """`baselines.level_logreg`: values tried on val for the level-only logistic regression."""
+
+    C: tuple[float, ...]
+
+    def problems(self) -> list[tuple[str, str]]:
+        return _grid_problems(self)
+
+
+@dataclass(frozen=True, kw_only=True)
+class BaselinesConfig:
+    """`baselines`: the paper's MFCC baselines and a level-only control (docs/baselines.md).
+
+    The operating point and bootstrap follow the `evaluate` section, so the comparison with the
+    CNN uses one criterion, one threshold grid and the same recording resamples.
+    """
+
+    models: tuple[Literal["random_forest", "svm", "xgboost", "level_logreg"], ...]
+    n_mfcc: int = num(ge=1)
+    summary: Literal["mean", "mean_std"]
+    seed: int = num(ge=0)
+    threads: int = num(ge=1)
+    random_forest: RandomForestGrid
+    svm: SvmGrid
+    xgboost: XgboostGrid
+    level_logreg: LogregGrid
+
+    def problems(self) -> list[tuple[str, str]]:
+        if not self.models or len(set(self.models)) != len(self.models):
+            return [("models", "must list at least one model, none twice")]
         return []
 
 
@@ -454,6 +585,7 @@ SECTIONS: dict[str, type] = {
     "train": TrainConfig,
     "monitor": MonitorConfig,
     "evaluate": EvaluateConfig,
+    "baselines": BaselinesConfig,
     "tune": TuneConfig,
 }
 
@@ -520,7 +652,7 @@ def _convert(value: Any, hint: Any, key: str, source: str) -> Any:
     args = typing.get_args(hint)
 
     def bad(expected: str) -> ConfigError:
-        return ConfigError(f"{source}: {key}: expected {expected}, got {value!r}")
+        return _Mismatch(f"{source}: {key}: expected {expected}, got {value!r}", expected)
 
     if dataclasses.is_dataclass(hint):
         return from_mapping(hint, value, key, source)
@@ -538,7 +670,13 @@ def _convert(value: Any, hint: Any, key: str, source: str) -> Any:
         if value is None and type(None) in args:
             return None
         inner = [a for a in args if a is not type(None)]
-        return _convert(value, inner[0], key, source)
+        expected = []
+        for option in inner:  # the first alternative that accepts the value
+            try:
+                return _convert(value, option, key, source)
+            except _Mismatch as exc:
+                expected.append(exc.expected)
+        raise bad(" or ".join(expected))
     if origin is tuple:
         if not isinstance(value, list | tuple):
             raise bad("a list")
@@ -562,8 +700,16 @@ def _convert(value: Any, hint: Any, key: str, source: str) -> Any:
     raise TypeError(f"unsupported config type {hint!r} for {key}")
 
 
+class _Mismatch(ConfigError):
+    """A value of the wrong type; ``expected`` says what was wanted (unions list them all)."""
+
+    def __init__(self, message: str, expected: str) -> None:
+        super().__init__(message)
+        self.expected = expected
+
+
 def _check_bounds(value: Any, bounds: Mapping[str, float], key: str, source: str) -> None:
-    if value is None or not bounds:
+    if value is None or not bounds or isinstance(value, str):  # bounds are for the number
         return
     checks = {
         "ge": (lambda v, b: v >= b, ">="),

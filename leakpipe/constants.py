@@ -36,9 +36,10 @@ PLACEMENTS: tuple[str, ...] = (PLACEMENT_DEVICE, PLACEMENT_RAM, PLACEMENT_STREAM
 
 # Manifest columns (data/raw/manifest.csv and any user manifest).
 MANIFEST_COLUMNS: tuple[str, ...] = ("path", "class", "group")
-MANIFEST_OPTIONAL: tuple[str, ...] = ("material", "sample_rate", "duration_s", "seed")
+MANIFEST_OPTIONAL: tuple[str, ...] = ("material", "sensor", "sample_rate", "duration_s", "seed")
 MANIFEST_NAME = "manifest.csv"
 AUDIO_SUFFIXES: tuple[str, ...] = (".wav", ".flac", ".ogg")
+ALL_CLIPS = "all"  # build.clips_per_recording: every non-overlapping clip of a recording
 
 # Exit codes of stages and the CLI.
 EXIT_OK = 0

@@ -3,8 +3,9 @@
 One versioned dict, written atomically and read with ``torch.load(weights_only=True)``: the
 unwrapped model state, the model config, the task's class names and the data's, the feature
 config the model was trained on (so `leakpipe predict` always computes matching features), the
-voting rule and the decision threshold chosen on the validation split (the original saved 0.5
-instead of the threshold it had chosen).
+per-clip input normalisation it was trained with (``train.input_norm``; version 1 files predate
+it and mean ``none``), the voting rule and the decision threshold chosen on the validation split
+(the original saved 0.5 instead of the threshold it had chosen).
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from leakpipe.config import FeatureConfig, ModelConfig, from_mapping
+from leakpipe.config import INPUT_NORMS, FeatureConfig, ModelConfig, from_mapping
+from leakpipe.data.input_norm import NORM_NONE, check_norm
 from leakpipe.data.schema import leak_index
 from leakpipe.errors import DataError
 from leakpipe.evaluate.voting import VotingConfig
@@ -26,7 +28,8 @@ from leakpipe.model import create_model
 from leakpipe.train.checkpoint import model_state, save_atomic
 
 DETECTOR_FORMAT = "leakpipe.detector"
-DETECTOR_VERSION = 1
+DETECTOR_VERSION = 2
+READABLE_VERSIONS = (1, 2)   # 1: no input normalisation stored (it was always none)
 
 
 @dataclass(frozen=True)
@@ -42,6 +45,7 @@ class Detector:
     voting: VotingConfig
     threshold: float
     metrics: dict[str, float]
+    input_norm: str = NORM_NONE         # per-clip normalisation the model expects (input_norm)
 
     @property
     def leak_index(self) -> int:
@@ -55,7 +59,7 @@ class Detector:
 def save_detector(path: Path, *, model: nn.Module, model_cfg: ModelConfig,
                   class_names: tuple[str, ...], data_class_names: tuple[str, ...], binary: bool,
                   features: FeatureConfig, voting: VotingConfig, threshold: float,
-                  metrics: dict[str, float]) -> None:
+                  metrics: dict[str, float], input_norm: str = NORM_NONE) -> None:
     """Write the detector file atomically (temporary file + rename)."""
     save_atomic({
         "format": DETECTOR_FORMAT,
@@ -66,6 +70,7 @@ def save_detector(path: Path, *, model: nn.Module, model_cfg: ModelConfig,
         "data_class_names": list(data_class_names),
         "binary": bool(binary),
         "features": features.to_dict(),
+        "input_norm": check_norm(input_norm),
         "voting": dataclasses.asdict(voting),
         "threshold": float(threshold),
         "metrics": {k: float(v) for k, v in metrics.items()},
@@ -83,9 +88,12 @@ def load_detector(path: Path, map_location: str | torch.device = "cpu") -> Detec
         raise DataError(f"{path}: not a readable leakpipe model ({type(exc).__name__})") from None
     if not isinstance(raw, dict) or raw.get("format") != DETECTOR_FORMAT:
         raise DataError(f"{path}: not a leakpipe detector file (train writes models/model.pt)")
-    if raw.get("version") != DETECTOR_VERSION:
-        raise DataError(f"{path}: detector version {raw.get('version')} is not "
-                        f"{DETECTOR_VERSION}; retrain or use a matching leakpipe")
+    if raw.get("version") not in READABLE_VERSIONS:
+        raise DataError(f"{path}: detector version {raw.get('version')} is not one of "
+                        f"{list(READABLE_VERSIONS)}; retrain or use a matching leakpipe")
+    input_norm = raw.get("input_norm", NORM_NONE)
+    if input_norm not in INPUT_NORMS:
+        raise DataError(f"{path}: input_norm {input_norm!r} is not one of {list(INPUT_NORMS)}")
     model_cfg = from_mapping(ModelConfig, raw["model_config"], "model_config", str(path))
     class_names = tuple(raw["class_names"])
     model = create_model(model_cfg, len(class_names))
@@ -96,7 +104,7 @@ def load_detector(path: Path, map_location: str | torch.device = "cpu") -> Detec
         data_class_names=tuple(raw["data_class_names"]), binary=bool(raw["binary"]),
         features=from_mapping(FeatureConfig, raw["features"], "features", str(path)),
         voting=VotingConfig(**raw["voting"]), threshold=float(raw["threshold"]),
-        metrics=dict(raw["metrics"]))
+        metrics=dict(raw["metrics"]), input_norm=input_norm)
 
 
 def _plain(value: Any) -> Any:

@@ -34,6 +34,7 @@ from tqdm import tqdm
 from leakpipe import tracking
 from leakpipe.audio.io import AudioError, make_clips, read_audio, resample
 from leakpipe.constants import AUDIO_SUFFIXES
+from leakpipe.data.input_norm import normalize_clips
 from leakpipe.detector import Detector, load_detector
 from leakpipe.errors import DataError
 from leakpipe.evaluate.forward import batch_segments, segment_cap
@@ -134,9 +135,11 @@ def score_segments(detector: Detector, model: nn.Module, mel: np.ndarray, device
                    precision: Precision, budget: int) -> np.ndarray:
     """(clips, L, S, M, T) of many recordings -> (clips, L, S) leak probabilities.
 
-    ``model`` is the detector's network on ``device`` (its inference form, usually).
+    ``model`` is the detector's network on ``device`` (its inference form, usually). Each clip
+    is first normalised by the detector's ``input_norm``, as in training.
     """
-    x = torch.from_numpy(mel).reshape(-1, 1, *mel.shape[-2:])        # (N, 1, M, T)
+    clips = normalize_clips(torch.from_numpy(mel), detector.input_norm)  # (clips, L, S, M, T)
+    x = clips.reshape(-1, 1, *mel.shape[-2:])                        # (N, 1, M, T)
     probs = []
     with torch.inference_mode():
         for start in range(0, len(x), budget):

@@ -222,6 +222,27 @@ def test_clip_placement_on_ramp(n_clips: int, starts_s: list[int]) -> None:
     np.testing.assert_array_equal(np.diff(clips, axis=1), 1.0)  # contiguous samples
 
 
+@pytest.mark.parametrize("seconds, starts_s", [
+    (3, [0]),
+    (5, [0]),           # 5 // 3 = 1 whole clip
+    (6, [0, 3]),
+    (10, [0, 3.5, 7]),  # 3 clips, the 1 s left over shared out as gaps
+    (9.5, [0, 3.25, 6.5]),
+])
+def test_all_clips_are_every_non_overlapping_clip(seconds: float, starts_s: list[float]) -> None:
+    sr = 100
+    ramp = np.arange(int(seconds * sr), dtype=np.float32)  # value = sample index
+    clips = make_clips(ramp, 3 * sr, None, 0.5)
+    assert clips.shape == (len(starts_s), 3 * sr)
+    np.testing.assert_array_equal(clips[:, 0], np.round(np.array(starts_s) * sr))
+    assert (np.diff(clips[:, 0]) >= 3 * sr).all()  # no clip overlaps the next
+
+
+def test_all_clips_of_a_short_recording_is_one_padded_clip() -> None:
+    clips = make_clips(np.ones(60, np.float32), 100, None, 0.5)
+    assert clips.shape == (1, 100) and clips[0, 59] == 1.0 and clips[0, 60] == 0.0
+
+
 def test_short_recording_is_zero_padded() -> None:
     x = np.ones(60, np.float32)
     clips = make_clips(x, 100, 2, 0.5)

@@ -103,9 +103,10 @@ def test_two_workers_give_identical_files(tmp_path: Path, recordings: Path,
 def test_class_folders_without_manifest(tmp_path: Path, tiny_build_cfg) -> None:
     root = tmp_path / "raw"
     make_recordings(root, manifest=False)
-    recs = discover(root)
+    recs = discover(root, group_by="file")
     assert len(recs) == 36 and {r.label for r in recs} == set(CLASSES)
     assert recs[0].group == recs[0].recording_id  # each recording is its own group
+    assert discover(root)[0].group == "s0_0"       # default: the recording stem
     report = build(tiny_build_cfg, root, tmp_path / "out", progress=False)
     assert sum(report.clips.values()) == 72
 
@@ -177,3 +178,110 @@ def test_class_selection_requires_leak() -> None:
         select_classes(recs[1:], ())
     with pytest.raises(DataError, match="'RAIN'"):
         select_classes(recs, ("LEAK", "RAIN"))
+
+
+# -- real-data readiness: pieces of one recording, signal checks, every clip --------------------
+
+
+def _pieces(root: Path, n_recordings: int = 4) -> None:
+    """Class folders of recordings each cut into 3 pieces: ``<CLASS>/r<k>.s<i>.wav`` etc."""
+    rng = np.random.default_rng(1)
+    suffixes = (".s1", "_part2", "-PART3")
+    for label in CLASSES:
+        (root / label).mkdir(parents=True, exist_ok=True)
+        for k in range(n_recordings):
+            for suffix in suffixes:
+                x = _tone(rng, label, 1.5, 8000).astype(np.float32) * 0.5
+                sf.write(root / label / f"{label.lower()}{k}{suffix}.wav", x, 8000,
+                         subtype="PCM_16")
+
+
+def _split_of_ids(out: Path) -> dict[str, str]:
+    where = {}
+    for split in ("train", "val", "test"):
+        with open_split(out / f"{split}.h5") as reader:
+            where.update({rid: split for rid in reader.recording_ids})
+    return where
+
+
+def test_pieces_of_one_recording_share_a_split(tmp_path: Path, tiny_build_cfg) -> None:
+    root = tmp_path / "raw"
+    _pieces(root)
+    build(tiny_build_cfg, root, tmp_path / "out", progress=False)
+    where = _split_of_ids(tmp_path / "out")
+    assert len(where) == 3 * 4 * 3
+    by_recording: dict[str, set[str]] = {}
+    for rid, split in where.items():
+        name = rid.split("/")[1]  # leak0.s1.wav, leak0_part2.wav, leak0-PART3.wav -> leak0
+        by_recording.setdefault(name.split(".")[0].split("_")[0].split("-")[0], set()).add(split)
+    assert len(by_recording) == 12
+    assert all(len(splits) == 1 for splits in by_recording.values()), by_recording
+    assert {s for splits in by_recording.values() for s in splits} == {"train", "val", "test"}
+
+
+def test_cli_group_by_file_overrides_the_param(tmp_path: Path, mlflow_store: str) -> None:
+    root = tmp_path / "raw"
+    _pieces(root)
+    params = tmp_path / "params.yaml"
+    text = (Path(__file__).resolve().parents[1] / "params.yaml").read_text()
+    params.write_text(text.replace("workers: 2 ", "workers: 1 "))
+    out = tmp_path / "out"
+    code = main(["build", "--params", str(params), "--source", str(root), "--group-by", "file",
+                 "--out-dir", str(out), "--report", str(tmp_path / "build.json"),
+                 "--no-progress"])
+    assert code == 0
+    with open_split(out / "train.h5") as reader:
+        assert list(reader.groups) == list(reader.recording_ids)  # every file its own group
+
+
+def _one_bad(root: Path, name: str, pcm: np.ndarray) -> Path:
+    path = root / "NORMAL" / name
+    sf.write(path, pcm, 8000, subtype="PCM_16")
+    return path
+
+
+def test_clipped_int16_recording_is_flagged_and_kept(tmp_path: Path, recordings: Path,
+                                                     tiny_build_cfg) -> None:
+    pcm = (np.random.default_rng(2).standard_normal(12000) * 6000).astype(np.int16)
+    pcm[::40], pcm[1::40] = 32767, -32768  # 5 % of the samples at full scale
+    clipped = _one_bad(recordings, "s0_0.wav", pcm)
+    report = build(tiny_build_cfg, recordings, tmp_path / "out", progress=False).to_dict()
+    assert report["n_unusable"] == 0 and report["n_recordings"] == 36
+    assert report["flagged_by_check"] == {"clipped": 1}
+    [flag] = report["flagged"]
+    assert flag["path"] == str(clipped) and flag["checks"] == ["clipped"]
+    assert "channel 0 is clipped: 5.00% of its samples at PCM_16 full scale" in flag["reason"]
+
+
+def test_rejected_checks_follow_on_error(tmp_path: Path, recordings: Path,
+                                         tiny_build_cfg) -> None:
+    dead = _one_bad(recordings, "s1_0.wav", np.zeros(12000, np.int16))
+    with pytest.raises(BuildFailed, match=r"s1_0\.wav: channel 0 is dead \(constant, all zero\)"):
+        build(tiny_build_cfg, recordings, tmp_path / "out", progress=False)
+    assert not (tmp_path / "out").exists() or list((tmp_path / "out").iterdir()) == []
+    skip = dataclasses.replace(tiny_build_cfg, on_error="skip")
+    report = build(skip, recordings, tmp_path / "out", progress=False).to_dict()
+    assert [u["path"] for u in report["unusable"]] == [str(dead)]
+    assert report["unusable"][0]["checks"] == ["dead"] and report["n_recordings"] == 35
+
+
+def test_clipping_can_be_a_rejection(tmp_path: Path, recordings: Path, tiny_build_cfg) -> None:
+    pcm = (np.random.default_rng(2).standard_normal(12000) * 6000).astype(np.int16)
+    pcm[::40] = 32767
+    _one_bad(recordings, "s0_0.wav", pcm)
+    cfg = dataclasses.replace(tiny_build_cfg, on_error="skip", quality=dataclasses.replace(
+        tiny_build_cfg.quality, reject=("clipped", "dead")))
+    report = build(cfg, recordings, tmp_path / "out", progress=False).to_dict()
+    assert report["n_flagged"] == 0 and report["unusable"][0]["checks"] == ["clipped"]
+
+
+@pytest.mark.parametrize("seconds, clips", [(1.5, 1), (2.2, 2), (3.1, 3)])
+def test_all_clips_per_recording(tmp_path: Path, tiny_build_cfg, seconds: float,
+                                 clips: int) -> None:
+    root = tmp_path / "raw"
+    make_recordings(root, seconds=seconds)
+    cfg = dataclasses.replace(tiny_build_cfg, clips_per_recording="all")  # 1 s clips
+    report = build(cfg, root, tmp_path / "out", progress=False)
+    assert sum(report.clips.values()) == 36 * clips
+    with open_split(tmp_path / "out" / "train.h5") as reader:
+        assert reader.n_files == clips * sum(report.recordings["train"].values())

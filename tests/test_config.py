@@ -55,6 +55,13 @@ def test_defaults_follow_the_paper(build_cfg) -> None:
     (lambda r: r["build"].update(classes="LEAK"), "build.classes: expected a list"),
     (lambda r: r["build"].update(classes=["NORMAL"]), "build.classes: must contain LEAK"),
     (lambda r: r["synth"].update(classes=["LEAK", "RAIN"]), "synth.classes: unknown class"),
+    (lambda r: r["build"].update(clips_per_recording="every"),
+     "build.clips_per_recording: expected an integer or one of ['all'], got 'every'"),
+    (lambda r: r["build"].update(clips_per_recording=0),
+     "build.clips_per_recording: must be >= 1, got 0"),
+    (lambda r: r["build"].update(group_by="site"), "build.group_by: expected one of"),
+    (lambda r: r["build"]["quality"].update(reject=["hum"]), "build.quality.reject[0]: expected"),
+    (lambda r: r["build"]["quality"].update(clip_fraction=2), "build.quality.clip_fraction: must"),
     (lambda r: r.update(trian={}), "params.yaml: trian: unknown section"),
 ])
 def test_bad_params_name_file_and_key(tmp_path: Path, mutate, message: str) -> None:
@@ -65,6 +72,13 @@ def test_bad_params_name_file_and_key(tmp_path: Path, mutate, message: str) -> N
     text = str(info.value)
     assert message in text
     assert str(path) in text and "\n" not in text
+
+
+@pytest.mark.parametrize(("value", "expected"), [(1, 1), (7, 7), ("all", "all")])
+def test_clips_per_recording_takes_a_count_or_all(tmp_path: Path, value: object,
+                                                 expected: object) -> None:
+    path = _write(tmp_path, lambda r: r["build"].update(clips_per_recording=value))
+    assert load_section(path, "build").clips_per_recording == expected
 
 
 def test_missing_and_malformed_files(tmp_path: Path) -> None:

@@ -18,12 +18,16 @@ from leakpipe.build import file_sha256
 from leakpipe.cli import main
 from leakpipe.config import EvaluateConfig, load_section
 from leakpipe.constants import H5_LABELS, KNOWN_CLASSES
+from leakpipe.data.input_norm import normalize_clips
+from leakpipe.data.reader import open_split
 from leakpipe.data.split_info import read_split_info
 from leakpipe.detector import load_detector
 from leakpipe.errors import DataError
 from leakpipe.evaluate import forward
-from leakpipe.evaluate.run import evaluate_detector
+from leakpipe.evaluate.run import evaluate_detector, write_outputs
+from leakpipe.evaluate.voting import segment_leak_prob
 from leakpipe.tracking import flatten
+from leakpipe.train import checkpoint as ck
 from tests.conftest import PARAMS
 from tests.helpers_detector import (
     TINY_MODEL,
@@ -84,8 +88,8 @@ def _relabel(path: Path, labels: np.ndarray) -> None:
         f[H5_LABELS][:] = labels
 
 
-def _evaluate(root: Path, cfg: EvaluateConfig, placement: str = "ram"):
-    detector = load_detector(root / "models" / "model.pt")
+def _evaluate(root: Path, cfg: EvaluateConfig, placement: str = "ram", detector=None):
+    detector = detector or load_detector(root / "models" / "model.pt")
     paths = {s: root / "data" / "processed" / f"{s}.h5" for s in SPLIT_FILES}
     return evaluate_detector(detector, paths, {"placement": placement, "params": {
         "safety": 0.8, "host_reserve_mb": 0, "device_reserve_mb": 0}}, cfg)
@@ -231,3 +235,26 @@ def test_a_collapsed_test_split_is_diagnosed(project: Path, cfg: EvaluateConfig)
     result = _evaluate(project, cfg)
     assert "no positives present" in result.info["eval/test_diagnosis"]
     assert "eval/val_diagnosis" not in result.info
+
+
+@pytest.mark.parametrize("placement", ["ram", "stream"])
+def test_the_detectors_input_norm_is_applied_and_carried_to_the_detector_file(
+        project: Path, cfg: EvaluateConfig, placement: str) -> None:
+    model_path = project / "models" / "model.pt"
+    raw = torch.load(model_path, weights_only=True)
+    ck.save_atomic({**raw, "input_norm": "clip_level"}, model_path)
+    detector = load_detector(model_path)
+    result = _evaluate(project, cfg, placement)
+    with open_split(project / "data" / "processed" / "val.h5") as split:
+        mel = torch.from_numpy(split.mel[:])                             # (F, L, S, M, T)
+    x = normalize_clips(mel, "clip_level").reshape(-1, 1, *mel.shape[-2:])
+    with torch.inference_mode():
+        want = segment_leak_prob(*detector.model(x), detector.leak_index, cfg.prob_mode)
+    np.testing.assert_allclose(result.val.scores.seg_probs.reshape(-1), want.numpy(), atol=1e-5)
+    plain = _evaluate(project, cfg, detector=dataclasses.replace(detector, input_norm="none"))
+    assert not np.allclose(plain.val.scores.seg_probs, result.val.scores.seg_probs)
+    out = project / "out"
+    write_outputs(result, detector, metrics_path=out / "eval.json", plots_dir=out / "plots",
+                  predictions_path=out / "predictions.csv", detector_path=out / "detector.pt")
+    assert load_detector(out / "detector.pt").input_norm == "clip_level"
+

@@ -14,6 +14,7 @@ from torch import nn
 
 from leakpipe.config import ConfigError, ModelConfig, TrainConfig, from_mapping, load_section
 from leakpipe.constants import BINARY_CLASSES, KNOWN_CLASSES
+from leakpipe.data.input_norm import normalize_clips
 from leakpipe.data.schema import task_classes, task_labels
 from leakpipe.evaluate.voting import VotingConfig, threshold_grid
 from leakpipe.model import create_model
@@ -33,6 +34,7 @@ from leakpipe.train.optim import create_optimization
 from tests.conftest import PARAMS
 
 CPU = torch.device("cpu")
+AUGMENT = dataclasses.asdict(load_section(PARAMS, "train").augment)
 N_LONG, N_SHORT, N_MELS = 3, 2, 8
 TINY_MODEL = ModelConfig(widths=(4, 8, 8), dropout=0.1, pool_h=2, hidden=16)
 
@@ -362,6 +364,27 @@ def test_evaluation_syncs_once(train_cfg: TrainConfig, monkeypatch: pytest.Monke
     assert len(calls) == 1 and sum(result.pred_counts) == val.n_files * N_LONG * N_SHORT
 
 
+@pytest.mark.parametrize("resident", [False, True])
+def test_validation_normalises_each_file_as_the_model_expects(train_cfg: TrainConfig,
+                                                              resident: bool) -> None:
+    _, val, counts = _data(False, train_cfg)
+    loss_fn = build_loss(LossConfig.from_train(train_cfg), counts, val.leak_index)
+    torch.manual_seed(0)
+    model = create_model(TINY_MODEL, 5)
+    mel = torch.from_numpy(np.asarray(val.mel))                          # (F, L, S, M, 1)
+    given = dataclasses.replace(val, mel=mel) if resident else val
+    settings = dataclasses.replace(_settings(batch_size=6), input_norm="clip_band")
+    got = evaluate_split(model, given, loss_fn, resolve_precision("off", CPU), settings,
+                         device=CPU)
+    normalised = dataclasses.replace(val, mel=normalize_clips(mel, "clip_band").numpy())
+    want = evaluate_split(model, normalised, loss_fn, resolve_precision("off", CPU),
+                          _settings(batch_size=6), device=CPU)
+    np.testing.assert_array_equal(got.seg_probs, want.seg_probs)
+    plain = evaluate_split(model, val, loss_fn, resolve_precision("off", CPU),
+                           _settings(batch_size=6), device=CPU)
+    assert not np.array_equal(plain.seg_probs, got.seg_probs)
+
+
 def test_bf16_autocast_trains_on_cpu(train_cfg: TrainConfig) -> None:
     source, val, counts = _data(False, train_cfg)
     model = create_model(TINY_MODEL, 5)
@@ -411,6 +434,10 @@ def test_val_data_from_reader_uses_the_one_label_mapping() -> None:
     ({"prob_mode": "aux", "leak_aux_weight": 0.0}, "train.prob_mode: 'aux' needs"),
     ({"batch_size": 0}, "train.batch_size: must be >= 1"),
     ({"amp": "fp8"}, "train.amp: expected one of"),
+    ({"input_norm": "pcen"}, "train.input_norm: expected one of"),
+    ({"augment": {**AUGMENT, "mix_snr_min_db": 30.0}},
+     "train.augment.mix_snr_min_db: must not exceed mix_snr_max_db"),
+    ({"augment": {**AUGMENT, "gain_db": -1.0}}, "train.augment.gain_db: must be >= 0"),
 ])
 def test_train_params_are_checked(train_cfg: TrainConfig, change: dict, message: str) -> None:
     raw = {**dataclasses.asdict(train_cfg), **change}

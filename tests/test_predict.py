@@ -16,11 +16,14 @@ from leakpipe.audio.io import load_clips
 from leakpipe.cli import main
 from leakpipe.config import ModelConfig
 from leakpipe.constants import BINARY_CLASSES, KNOWN_CLASSES
+from leakpipe.data.input_norm import normalize_clips
 from leakpipe.detector import load_detector, save_detector
+from leakpipe.errors import DataError
 from leakpipe.evaluate.voting import VotingConfig, file_scores, segment_leak_prob
 from leakpipe.features.mel import clip_features
 from leakpipe.model import create_model
 from leakpipe.predict import COLUMNS
+from leakpipe.train import checkpoint as ck
 from tests.helpers_detector import copied_store, restore_logging
 from tests.helpers_h5 import SMALL_FEATURES
 
@@ -168,3 +171,55 @@ def test_model_loads_from_an_mlflow_uri(tmp_path: Path, recordings: Path, detect
     assert _predict(recordings / "pcm16.wav", "--model", uri, "--out", by_uri) == 0
     assert _rows(by_uri) == _rows(by_file)
     assert _predict(recordings, "--model", "models:/m-doesnotexist", "--out", by_uri) == 3
+
+
+def _detector(path: Path, input_norm: str) -> Path:
+    torch.manual_seed(0)
+    model = create_model(MODEL, len(BINARY_CLASSES)).eval()
+    save_detector(path, model=model, model_cfg=MODEL, class_names=BINARY_CLASSES,
+                  data_class_names=KNOWN_CLASSES, binary=True, features=SMALL_FEATURES,
+                  voting=VotingConfig(prob_mode="blend", rule="long_vote"), threshold=0.5,
+                  metrics={}, input_norm=input_norm)
+    return path
+
+
+def test_detector_carries_input_norm_and_version_1_files_mean_none(tmp_path: Path) -> None:
+    path = _detector(tmp_path / "band.pt", "clip_band")
+    assert load_detector(path).input_norm == "clip_band"
+    raw = torch.load(path, weights_only=True)
+    del raw["input_norm"]
+    ck.save_atomic({**raw, "version": 1}, tmp_path / "v1.pt")       # written before the field
+    assert load_detector(tmp_path / "v1.pt").input_norm == "none"
+    ck.save_atomic({**raw, "input_norm": "pcen"}, tmp_path / "bad.pt")
+    with pytest.raises(DataError, match="input_norm 'pcen'"):
+        load_detector(tmp_path / "bad.pt")
+    with pytest.raises(ValueError, match="input_norm 'pcen'"):
+        _detector(tmp_path / "never.pt", "pcen")
+
+
+@pytest.mark.parametrize("input_norm", ["none", "clip_level", "clip_band"])
+def test_predict_normalises_each_clip_as_the_detector_says(tmp_path: Path,
+                                                           input_norm: str) -> None:
+    """The model sees normalize_clips(build's features); a +20 dB gain then changes nothing."""
+    detector_path = _detector(tmp_path / "detector.pt", input_norm)
+    signal = 0.01 * np.random.default_rng(1).standard_normal(2 * RATE).astype(np.float32)
+    sf.write(tmp_path / "quiet.wav", signal, RATE, subtype="FLOAT")
+    sf.write(tmp_path / "loud.wav", 10 * signal, RATE, subtype="FLOAT")
+    out = tmp_path / "out.csv"
+    assert _predict(tmp_path / "quiet.wav", tmp_path / "loud.wav", "--model", detector_path,
+                    "--out", out) == 0
+    rows = _rows(out)
+    detector = load_detector(detector_path)
+    clips = load_clips(tmp_path / "quiet.wav", SMALL_FEATURES, 2, 0.5)
+    mel = normalize_clips(torch.from_numpy(clip_features(clips, SMALL_FEATURES)), input_norm)
+    with torch.inference_mode():
+        probs = segment_leak_prob(*detector.model(mel.reshape(-1, 1, 16, 1)),
+                                  detector.leak_index, "blend")
+    long_probs = probs.numpy().reshape(2, 7, 7).mean(axis=2).reshape(-1)   # (clips * L,)
+    quiet = np.array(rows["quiet.wav"]["long_probs"].split(), dtype=float)
+    loud = np.array(rows["loud.wav"]["long_probs"].split(), dtype=float)
+    np.testing.assert_allclose(quiet, long_probs, atol=1e-4)
+    if input_norm == "none":
+        assert np.abs(loud - quiet).max() > 1e-3
+    else:
+        np.testing.assert_allclose(loud, quiet, atol=2e-4)

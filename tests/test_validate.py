@@ -30,6 +30,7 @@ from tests.helpers_h5 import SMALL_FEATURES, write_splits
 REPO = Path(__file__).resolve().parents[1]
 PARAMS = REPO / "params.yaml"
 LEAK = 2  # index of LEAK in the helper's class_names (KNOWN_CLASSES)
+NORMAL = 3
 
 
 @pytest.fixture(scope="module")
@@ -109,6 +110,15 @@ def _leak_heavy(labels: np.ndarray) -> None:
         labels[np.flatnonzero(labels == cls)[:4]] = LEAK
 
 
+def _one_recording(label: int) -> Callable[[h5py.File], None]:
+    """Every clip of class ``label`` gets one recording id: many clips, one recording."""
+    def edit(h5: h5py.File) -> None:
+        ids = h5["recording_id"][:]
+        ids[h5["labels"][:] == label] = b"the-only-one"
+        h5["recording_id"][:] = ids
+    return edit
+
+
 def _attr(key: str, value: object) -> Callable[[h5py.File], None]:
     def edit(h5: h5py.File) -> None:
         h5.attrs[key] = value
@@ -183,6 +193,8 @@ CORPUS: dict[str, tuple[Callable[[Path], None], str, str, dict]] = {
     "feature_config_differs": (_edit("val", _feature("fmin", 20.0)), "val",
                                "feature_config_match", {}),
     "no_leak_in_val": (_edit("val", _labels(_no_leak)), "val", "classes_present", {}),
+    "one_recording_of_a_class": (_edit("test", _one_recording(NORMAL)), "test",
+                                 "recordings_present", {}),
     "recording_in_two_splits": (_shared("recording_id", "test"), "test", "recordings_disjoint",
                                 {}),
     "group_in_two_splits": (_shared("group", "val"), "val", "groups_disjoint", {}),
@@ -298,3 +310,23 @@ def test_subprocess_exit_code_and_no_traceback(valid_dir: Path, tmp_path: Path,
     assert proc.returncode == EXIT_DATA
     assert "Traceback" not in proc.stderr
     assert "error: validation stopped: test: readable" in proc.stderr
+
+
+def test_one_recording_of_a_class_fails_with_split_and_class(valid_dir: Path, tmp_path: Path,
+                                                            mlflow_uri: str,
+                                                            capsys: pytest.CaptureFixture[str]
+                                                            ) -> None:
+    data = tmp_path / "data"
+    shutil.copytree(valid_dir, data)
+    _edit("val", _one_recording(NORMAL))(data)  # 8 clips of 4 recordings -> one recording
+
+    assert run_validate(data, tmp_path / "reports") == EXIT_DATA
+    [line] = [x for x in capsys.readouterr().err.splitlines() if x.startswith("error:")]
+    assert ("val: recordings_present: class NORMAL has 1 recording(s) (8 file(s), 2 group(s)); "
+            "needs >= 2 recordings") in line
+    assert run_validate(data, tmp_path / "lenient",
+                        params_with(tmp_path, min_recordings_per_class=1)) == 0
+    report = json.loads((tmp_path / "lenient" / "validation.json").read_text())
+    val = report["splits"]["val"]
+    assert val["recording_counts"]["NORMAL"] == 1 and val["recording_counts"]["LEAK"] == 4
+    assert val["group_counts"]["NORMAL"] == 2 and val["class_counts"]["NORMAL"] == 8

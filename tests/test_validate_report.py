@@ -103,6 +103,7 @@ def test_html_escapes_messages() -> None:
     ("class_fraction_min", 0.95, "must not exceed class_fraction_max"),
     ("required_classes", ["LEAK", "LEAK"], "must not repeat"),
     ("min_files_per_class", 0, "must be >= 1"),
+    ("min_recordings_per_class", 0, "must be >= 1"),
 ])
 def test_bad_validate_params_name_the_key(key: str, value: object, problem: str,
                                           cfg: ValidateConfig) -> None:

@@ -4,7 +4,9 @@ libsndfile (through soundfile) does the decoding. WAV files get one extra look a
 chunks: a header that claims more data than the file holds (a recorder that died mid-write) is
 read up to the last whole frame with one WARNING, and if libsndfile refuses such a file outright
 the frames are decoded here from the RIFF chunks with numpy. Every unusable recording raises
-``AudioError`` with a one-line message naming the file and the reason.
+``AudioError`` with a one-line message naming the file and the reason. ``read_frames`` keeps
+the channels and the sample format for the signal checks (``leakpipe.audio.quality``);
+``read_audio`` mixes them down.
 """
 
 from __future__ import annotations
@@ -70,12 +72,27 @@ class _WavLayout:
         return self.claimed_frames > self.present_frames
 
 
+@dataclass(frozen=True)
+class Audio:
+    """A decoded recording before mixdown."""
+
+    data: np.ndarray  # (frames, channels) float32, full scale = 1
+    sample_rate: int
+    subtype: str      # libsndfile's sample format: PCM_16, PCM_24, PCM_32, FLOAT, ...
+
+
 def read_audio(path: Path) -> tuple[np.ndarray, int]:
     """Read a recording as float32 mono in [-1, 1] (channels mixed by their mean) and its rate.
 
     A WAV whose header claims more frames than the file holds is read up to its last whole
     frame, with one WARNING. Empty, undecodable or non-finite recordings raise ``AudioError``.
     """
+    audio = read_frames(path)
+    return to_mono(audio.data, Path(path)), audio.sample_rate
+
+
+def read_frames(path: Path) -> Audio:
+    """Read every channel of a recording (see ``read_audio``); checks the frames are usable."""
     path = Path(path)
     if not path.is_file():
         raise AudioError(f"{path}: no such file")
@@ -84,29 +101,35 @@ def read_audio(path: Path) -> tuple[np.ndarray, int]:
     layout = _wav_layout(path)
     try:
         data, sample_rate = sf.read(path, dtype="float32", always_2d=True)  # (frames, channels)
+        subtype = sf.info(path).subtype  # the header again: the format's full scale
         how = ""
     except RuntimeError as exc:  # soundfile.LibsndfileError is a RuntimeError
         if layout is None:
             raise AudioError(f"{path}: not a readable audio format ({_sf_reason(exc)}; "
                              f"file starts with {_head(path)!r})") from None
         data, sample_rate = _decode_wav(path, layout), layout.sample_rate
+        subtype = _subtype(layout)
         how = f"; decoded from the RIFF chunks as libsndfile refused it ({_sf_reason(exc)})"
-    x = _to_mono(data, path)  # (frames,)
+    _check_frames(data, path)
     if layout is not None and layout.truncated:
         log.warning("%s: truncated: header claims %d frames, file holds %d; read %d%s",
-                    path, layout.claimed_frames, layout.present_frames, len(x), how)
+                    path, layout.claimed_frames, layout.present_frames, len(data), how)
     elif how:
-        log.warning("%s: read %d frames%s", path, len(x), how)
-    return x, int(sample_rate)
+        log.warning("%s: read %d frames%s", path, len(data), how)
+    return Audio(data, int(sample_rate), subtype)
 
 
-def _to_mono(data: np.ndarray, path: Path) -> np.ndarray:
-    """(frames, channels) -> (frames,) float32 in [-1, 1]; empty or non-finite is an error."""
+def _check_frames(data: np.ndarray, path: Path) -> None:
+    """Empty or non-finite audio is an ``AudioError``."""
     if data.shape[0] == 0:
         raise AudioError(f"{path}: empty (no audio frames)")
     bad = int(np.count_nonzero(~np.isfinite(data)))
     if bad:
         raise AudioError(f"{path}: {bad} non-finite samples (NaN or inf)")
+
+
+def to_mono(data: np.ndarray, path: Path) -> np.ndarray:
+    """(frames, channels) checked frames -> (frames,) float32 in [-1, 1] (mean of channels)."""
     x = data.mean(axis=1, dtype=np.float32)  # (frames,)
     peak = float(np.max(np.abs(x)))
     if peak > 1.0:  # only float files can exceed full scale; PCM conversion would clip the same
@@ -165,6 +188,14 @@ def _parse_fmt(body: bytes) -> tuple[int, int, int, int, int] | None:
     return tag, channels, rate, block_align, bits
 
 
+def _subtype(layout: _WavLayout) -> str:
+    """libsndfile's subtype name for a WAV layout (what ``SoundFile.subtype`` would say)."""
+    width = layout.block_align // layout.channels  # bytes per sample
+    if layout.format_tag == _WAVE_FLOAT:
+        return "DOUBLE" if width == 8 else "FLOAT"
+    return "PCM_U8" if width == 1 else f"PCM_{8 * width}"
+
+
 def _decode_wav(path: Path, layout: _WavLayout) -> np.ndarray:
     """Decode the whole frames present in a WAV's data chunk -> (frames, channels) float32."""
     n = layout.present_frames * layout.channels  # samples to read
@@ -209,17 +240,21 @@ def resample(x: np.ndarray, sr_in: int, sr_out: int) -> np.ndarray:
     return resample_poly(x, sr_out // g, sr_in // g, axis=-1).astype(np.float32, copy=False)
 
 
-def make_clips(x: np.ndarray, clip_samples: int, n_clips: int,
+def make_clips(x: np.ndarray, clip_samples: int, n_clips: int | None,
                min_fraction: float) -> np.ndarray:
     """Cut ``n_clips`` clips of ``clip_samples`` from ``x`` (n,) -> (n_clips, clip_samples).
 
     Clip starts are evenly spaced from 0 to n - clip_samples, so two clips are the first and the
-    last ``clip_samples`` (the paper's first and last 3 s). A recording shorter than one clip is
-    zero-padded at the end (every clip is then that one padded clip) if it holds at least
+    last ``clip_samples`` (the paper's first and last 3 s). ``n_clips=None`` takes every
+    non-overlapping clip: ``n // clip_samples`` of them, spaced the same way (the remainder is
+    shared out as gaps between them). A recording shorter than one clip is zero-padded at the
+    end (every clip is then that one padded clip; one with ``None``) if it holds at least
     ``min_fraction * clip_samples`` samples; otherwise it raises ``AudioError``.
     """
     if x.ndim != 1:
         raise ValueError(f"expected a 1-D signal, got shape {x.shape}")
+    if n_clips is None:
+        n_clips = max(1, len(x) // max(1, clip_samples))
     if clip_samples < 1 or n_clips < 1:
         raise ValueError(f"clip_samples and n_clips must be >= 1, got {clip_samples}, {n_clips}")
     n = len(x)
@@ -236,10 +271,16 @@ def make_clips(x: np.ndarray, clip_samples: int, n_clips: int,
     return x[index].astype(np.float32, copy=False)
 
 
-def load_clips(path: Path, features: FeatureConfig, n_clips: int,
+def load_clips(path: Path, features: FeatureConfig, n_clips: int | None,
                min_fraction: float) -> np.ndarray:
     """Read, resample to ``features.sample_rate`` and cut: (n_clips, features.clip_samples)."""
     x, sample_rate = read_audio(path)
+    return cut_clips(x, sample_rate, path, features, n_clips, min_fraction)
+
+
+def cut_clips(x: np.ndarray, sample_rate: int, path: Path, features: FeatureConfig,
+              n_clips: int | None, min_fraction: float) -> np.ndarray:
+    """Resample mono ``x`` (n,) to ``features.sample_rate`` and cut it (see ``make_clips``)."""
     x = resample(x, sample_rate, features.sample_rate)  # (n,) at the feature rate
     try:
         return make_clips(x, features.clip_samples, n_clips, min_fraction)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from leakpipe.audio.site import Site
+from leakpipe.audio.site import ACCEL_REF_HZ, ANTI_ALIAS, Site
 
 
 def resonance(freqs: np.ndarray, fc: float, q: float) -> np.ndarray:
@@ -49,11 +49,26 @@ def slow_envelope(rng: np.random.Generator, n: int, sr: int, depth_db: float,
     return 10.0 ** (smooth_curve(rng, n, sr, depth_db, rate_hz) / 20.0)
 
 
+def lowpass(freqs: np.ndarray, fc: float, order: int = 8) -> np.ndarray:
+    """Magnitude of a Butterworth low-pass of ``order`` at ``fc`` Hz (a logger's band limit)."""
+    return 1.0 / np.sqrt(1.0 + (np.maximum(freqs, 0.0) / fc) ** (2 * order))
+
+
 def sensor_response(freqs: np.ndarray, site: Site) -> np.ndarray:
-    """Magnitude response of the site's sensor: high-pass plus a mounting resonance."""
-    peak = site.sensor_resonance_gain * resonance(freqs, site.sensor_resonance_hz,
-                                                  site.sensor_resonance_q)
-    return highpass(freqs, site.sensor_highpass_hz) * (1.0 + peak)
+    """Magnitude response of the site's sensor and logger to the pipe's pressure field.
+
+    A hydrophone is flat above its high-pass. An accelerometer sees wall acceleration, which
+    rises as f**2 (+12 dB per octave, 0 dB at ACCEL_REF_HZ) up to its mounting resonance and
+    stays flat above it. Both end at the logger's anti-alias band limit.
+    """
+    out = highpass(freqs, site.sensor_highpass_hz)
+    if site.sensor == "accelerometer":
+        f = np.maximum(freqs, 1e-6)
+        tilt = (f / ACCEL_REF_HZ) ** 2 / np.sqrt(1.0 + (f / site.sensor_resonance_hz) ** 4)
+        peak = site.sensor_resonance_gain * resonance(freqs, site.sensor_resonance_hz,
+                                                      site.sensor_resonance_q)
+        out = out * tilt * (1.0 + peak)
+    return out * lowpass(freqs, ANTI_ALIAS * site.sample_rate)
 
 
 def apply_sensor(x: np.ndarray, sr: int, site: Site) -> np.ndarray:

@@ -10,6 +10,7 @@ from pathlib import Path
 from leakpipe import tracking
 from leakpipe.commands._common import add_params_argument, write_json_atomic
 from leakpipe.config import load_section
+from leakpipe.data.manifest import GROUP_BY
 
 NAME = "build"
 HELP = "segment recordings into two-stage log-mel HDF5 files (train / val / test)"
@@ -20,6 +21,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_params_argument(parser)
     parser.add_argument("--source", type=Path, default=None,
                         help="manifest CSV or recordings folder (default: build.source)")
+    parser.add_argument("--group-by", choices=GROUP_BY, default=None,
+                        help="folder sources: which files share a group (default: "
+                             "build.group_by; see docs/data-format.md)")
     parser.add_argument("--out-dir", type=Path, default=Path("data/processed"),
                         help="folder for train.h5 / val.h5 / test.h5")
     parser.add_argument("--report", type=Path, default=Path("reports/build.json"),
@@ -31,6 +35,8 @@ def run(args: argparse.Namespace) -> int:
     from leakpipe.build import BuildFailed, build
 
     cfg = load_section(args.params, "build")
+    if args.group_by is not None:
+        cfg = dataclasses.replace(cfg, group_by=args.group_by)
     source = args.source or Path(cfg.source)
     with tracking.start_run(NAME) as run:
         run.log_params({"build": {**dataclasses.asdict(cfg), "source": str(source)}})
@@ -44,6 +50,7 @@ def run(args: argparse.Namespace) -> int:
         run.set_tags({tracking.TAG_DATA: _short_digest(info["sha256"])})
         run.log_metrics({"build/recordings": info["n_recordings"],
                          "build/unusable": info["n_unusable"],
+                         "build/flagged": info["n_flagged"],
                          "build/seconds": info["seconds"],
                          "build/recordings_per_s": info["recordings_per_s"] or 0.0,
                          **{f"build/clips_{s}": n for s, n in info["clips"].items()}})

@@ -34,8 +34,11 @@ from pathlib import Path
 
 import torch
 
+from leakpipe.config import AugmentConfig
 from leakpipe.constants import PLACEMENT_STREAM, PLACEMENTS
+from leakpipe.data.augment import make_transform
 from leakpipe.data.file_order import FileOrderBatches
+from leakpipe.data.input_norm import NORM_NONE
 from leakpipe.data.resident_source import ResidentSource
 from leakpipe.data.split_info import (
     ResidentData,
@@ -53,26 +56,38 @@ def make_train_source(path: Path | str, placement: str, batch_size: int, *, seed
                       binary: bool, device: torch.device | str = "cpu",
                       dtype: torch.dtype | None = None, leak_oversample: int = 1,
                       rank: int = 0, world_size: int = 1, drop_last: bool = False,
-                      buffer_chunks: int = DEFAULT_BUFFER_CHUNKS) -> TrainSource:
-    """The training source for a placement chosen by the preload stage."""
+                      buffer_chunks: int = DEFAULT_BUFFER_CHUNKS, input_norm: str = NORM_NONE,
+                      augment: AugmentConfig | None = None) -> TrainSource:
+    """The training source for a placement chosen by the preload stage.
+
+    ``input_norm`` and ``augment`` (``train.input_norm`` / ``train.augment``) transform each
+    batch on the device (``leakpipe.data.augment``); by default batches are as stored.
+    """
     check_placement(placement, PLACEMENTS)
     if placement == PLACEMENT_STREAM:
+        info = read_split_info(path, binary)
+        transform = make_transform(info, norm=input_norm, augment=augment, seed=seed,
+                                   rank=rank, device=device)
         return StreamSource(path, batch_size, seed=seed, binary=binary, device=device,
                             dtype=dtype, buffer_chunks=buffer_chunks,
                             leak_oversample=leak_oversample, rank=rank, world_size=world_size,
-                            drop_last=drop_last)
-    return ResidentSource(load_resident(path, placement, device, binary), batch_size, seed=seed,
-                          dtype=dtype, leak_oversample=leak_oversample, rank=rank,
-                          world_size=world_size, drop_last=drop_last)
+                            drop_last=drop_last, transform=transform)
+    data = load_resident(path, placement, device, binary)
+    transform = make_transform(data.info, norm=input_norm, augment=augment, seed=seed,
+                               rank=rank, device=device, segments=data.segments)
+    return ResidentSource(data, batch_size, seed=seed, dtype=dtype,
+                          leak_oversample=leak_oversample, rank=rank, world_size=world_size,
+                          drop_last=drop_last, transform=transform)
 
 
 def make_eval_batches(path: Path | str, placement: str, max_segments: int, *, binary: bool,
-                      device: torch.device | str = "cpu",
-                      dtype: torch.dtype | None = None) -> FileOrderBatches:
+                      device: torch.device | str = "cpu", dtype: torch.dtype | None = None,
+                      input_norm: str = NORM_NONE) -> FileOrderBatches:
     """File-order batches of a split for validation / evaluation, for a placement."""
     check_placement(placement, PLACEMENTS)
     if placement == PLACEMENT_STREAM:
         source: ResidentData | SplitInfo = read_split_info(path, binary)
     else:
         source = load_resident(path, placement, device, binary)
-    return FileOrderBatches(source, max_segments, device=device, dtype=dtype)
+    return FileOrderBatches(source, max_segments, device=device, dtype=dtype,
+                            input_norm=input_norm)

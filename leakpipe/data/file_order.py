@@ -14,6 +14,7 @@ import torch
 
 from leakpipe.data.background import BackgroundReader, read_file_block
 from leakpipe.data.feed import Batch, DeviceFeed, HostBatch, cast_dtype, chunk_ranges, timed
+from leakpipe.data.input_norm import NORM_NONE, check_norm, normalize_segments
 from leakpipe.data.split_info import ResidentData, SplitInfo
 
 EVAL_READ_AHEAD = 2           # file-order reads queued ahead by the stream eval reader
@@ -26,17 +27,20 @@ class FileOrderBatches:
     A batch holds ``max(1, max_segments // segments_per_file)`` files (a file larger than the
     budget is still one batch: files are never split, so votes stay per file). Built from
     ``ResidentData`` it slices the resident tensor; from a ``SplitInfo`` it streams the file
-    with one background reader.
+    with one background reader. ``input_norm`` normalises each file of a batch on the device
+    (``leakpipe.data.input_norm``; float32 then).
     """
 
     def __init__(self, source: ResidentData | SplitInfo, max_segments: int, *,
-                 device: torch.device | str = "cpu", dtype: torch.dtype | None = None) -> None:
+                 device: torch.device | str = "cpu", dtype: torch.dtype | None = None,
+                 input_norm: str = NORM_NONE) -> None:
         if max_segments < 1:
             raise ValueError(f"max_segments must be >= 1, got {max_segments}")
         self.resident = source if isinstance(source, ResidentData) else None
         self.info = source.info if isinstance(source, ResidentData) else source
         self.device = source.device if isinstance(source, ResidentData) else torch.device(device)
         self.dtype = dtype
+        self.input_norm = check_norm(input_norm)
         self.files_per_batch = max(1, max_segments // self.info.segments_per_file)
         self._labels = torch.from_numpy(self.info.file_labels).to(self.device)
         self._pin = (self.resident.overlap_copies if self.resident is not None
@@ -90,4 +94,6 @@ class FileOrderBatches:
             yield segments[a * spf:b * spf], files                      # a view, (n, 1, M, T)
 
     def _finish(self, x: torch.Tensor, file_idx: torch.Tensor) -> Batch:
-        return cast_dtype(x, self.dtype), self._labels.index_select(0, file_idx), file_idx
+        x = normalize_segments(cast_dtype(x, self.dtype), self.info.segments_per_file,
+                               self.input_norm)                         # whole files
+        return x, self._labels.index_select(0, file_idx), file_idx

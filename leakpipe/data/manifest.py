@@ -2,14 +2,25 @@
 
 A manifest has the columns ``path,class,group`` (more columns are kept but unused); paths are
 relative to the manifest's folder. A folder without a manifest takes the class from the
-sub-folder name (as the original system did) and uses each recording as its own group.
+sub-folder name (as the original system did) and the group from ``group_by``:
+
+- ``stem``: files that are pieces of one recording share a group. A piece is named
+  ``<stem><sep><tag><N>.<ext>`` with ``<sep>`` one of ``.``, ``_``, ``-``, ``<tag>`` ``s`` or
+  ``part`` (any case) and ``<N>`` digits: ``x.s1.wav``, ``x_part2.wav``, ``x-PART3.flac`` all
+  belong to ``x``. The group is the stem with the sub-folders below the class folder
+  (``<CLASS>/<site>/x.s1.wav`` -> ``<site>/x``), so pieces filed under different classes
+  still share a group; a name without a piece suffix is a recording of its own.
+- ``file``: every file is its own group (its path below the root).
+- ``folder``: the folder right below the class folder (``<root>/<CLASS>/<site>/*.wav`` ->
+  ``<site>``), so that no site is in two splits.
 """
 
 from __future__ import annotations
 
 import csv
+import re
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from leakpipe.constants import AUDIO_SUFFIXES, MANIFEST_COLUMNS, MANIFEST_NAME
 from leakpipe.errors import DataError
@@ -25,16 +36,54 @@ class Recording:
     group: str
 
 
-def discover(source: Path) -> list[Recording]:
-    """Recordings named by ``source`` (manifest file, folder with manifest, or class folders)."""
+GROUP_BY: tuple[str, ...] = ("stem", "file", "folder")  # build.group_by, folder sources only
+# <stem><sep><tag><N>: a numbered piece of recording <stem> (the extension already removed)
+_PIECE = re.compile(r"(?P<stem>.+?)[._-](?:s|part)\d+", re.IGNORECASE)
+
+
+def recording_stem(name: str) -> str:
+    """The recording a file is a piece of: ``x.s1.wav`` / ``x_part2.wav`` -> ``x``."""
+    stem = PurePosixPath(name).stem
+    piece = _PIECE.fullmatch(stem)
+    return piece["stem"] if piece else stem
+
+
+def folder_group(rel: str, group_by: str) -> str:
+    """Group of a file at ``rel`` (``<CLASS>/.../<file>``, relative to the root)."""
+    parts = PurePosixPath(rel).parts
+    if group_by == "file":
+        return rel
+    if group_by == "stem":
+        return "/".join([*parts[1:-1], recording_stem(parts[-1])])
+    if group_by == "folder":
+        if len(parts) < 3:
+            raise DataError(f"{rel}: build.group_by is 'folder' but the file sits directly in "
+                            "its class folder; expected <root>/<CLASS>/<group>/<file>")
+        return parts[1]
+    raise ValueError(f"group_by must be one of {GROUP_BY}, got {group_by!r}")
+
+
+def discover(source: Path, group_by: str = "stem") -> list[Recording]:
+    """Recordings named by ``source`` (manifest file, folder with manifest, or class folders).
+
+    ``group_by`` applies to class folders only; a manifest's ``group`` column always wins.
+    """
+    manifest = manifest_of(source)
+    if manifest is not None:
+        return read_manifest(manifest)
+    return scan_class_folders(Path(source), group_by)
+
+
+def manifest_of(source: Path) -> Path | None:
+    """The manifest ``source`` names (itself, or its ``manifest.csv``); None for class folders."""
     source = Path(source)
     if source.is_file():
-        return read_manifest(source)
+        return source
     if not source.is_dir():
         raise DataError(f"{source}: build.source is neither a manifest file nor a folder")
     if (source / MANIFEST_NAME).is_file():
-        return read_manifest(source / MANIFEST_NAME)
-    return scan_class_folders(source)
+        return source / MANIFEST_NAME
+    return None
 
 
 def read_manifest(path: Path) -> list[Recording]:
@@ -60,13 +109,14 @@ def read_manifest(path: Path) -> list[Recording]:
     return recordings
 
 
-def scan_class_folders(root: Path) -> list[Recording]:
+def scan_class_folders(root: Path, group_by: str = "stem") -> list[Recording]:
     recordings = []
     for folder in sorted(p for p in root.iterdir() if p.is_dir()):
         for file in sorted(folder.rglob("*")):
             if file.is_file() and file.suffix.lower() in AUDIO_SUFFIXES:
                 rel = file.relative_to(root).as_posix()
-                recordings.append(Recording(file, rel, folder.name, rel))
+                group = folder_group(rel, group_by)
+                recordings.append(Recording(file, rel, folder.name, group))
     if not recordings:
         raise DataError(f"{root}: no {MANIFEST_NAME} and no <CLASS>/*.wav recordings found")
     return recordings

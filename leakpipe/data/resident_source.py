@@ -12,6 +12,7 @@ from collections.abc import Iterator
 
 import torch
 
+from leakpipe.data.augment import TrainTransform
 from leakpipe.data.feed import (
     Batch,
     DeviceFeed,
@@ -34,12 +35,14 @@ class ResidentSource(EpochState):
 
     def __init__(self, data: ResidentData, batch_size: int, *, seed: int,
                  dtype: torch.dtype | None = None, leak_oversample: int = 1, rank: int = 0,
-                 world_size: int = 1, drop_last: bool = False) -> None:
+                 world_size: int = 1, drop_last: bool = False,
+                 transform: TrainTransform | None = None) -> None:
         super().__init__(batch_size, seed)
         check_sharding(leak_oversample, rank, world_size)
         self.data = data
         self.info = data.info
         self.dtype = dtype
+        self.transform = transform      # normalisation / augmentation (None: batches as stored)
         self.rank, self.world_size, self.drop_last = rank, world_size, drop_last
         spf = data.info.segments_per_file
         leak_files = torch.from_numpy(data.info.file_labels == data.info.leak_label)
@@ -61,6 +64,8 @@ class ResidentSource(EpochState):
 
     def __iter__(self) -> Iterator[Batch]:
         start = self._begin()
+        if self.transform is not None:
+            self.transform.begin(self.current_epoch, start)
         order = self.order()
         if self.data.overlap_copies:
             order = order.pin_memory()                        # async copies of the indices
@@ -85,7 +90,10 @@ class ResidentSource(EpochState):
 
     def _finish(self, x: torch.Tensor, idx: torch.Tensor) -> Batch:
         file_idx = torch.div(idx, self.info.segments_per_file, rounding_mode="floor")  # (B,)
-        return cast_dtype(x, self.dtype), self.data.file_labels.index_select(0, file_idx), file_idx
+        x, y = cast_dtype(x, self.dtype), self.data.file_labels.index_select(0, file_idx)
+        if self.transform is not None:
+            x = self.transform(x, y, file_idx)
+        return x, y, file_idx
 
     def close(self) -> None:
         """Nothing to release (the API matches ``StreamSource``)."""

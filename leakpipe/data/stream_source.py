@@ -18,6 +18,7 @@ import h5py
 import numpy as np
 import torch
 
+from leakpipe.data.augment import TrainTransform
 from leakpipe.data.background import BackgroundReader, read_file_block
 from leakpipe.data.feed import (
     Batch,
@@ -61,7 +62,8 @@ class StreamSource(EpochState):
     def __init__(self, path: Path | str, batch_size: int, *, seed: int, binary: bool,
                  device: torch.device | str = "cpu", dtype: torch.dtype | None = None,
                  buffer_chunks: int = DEFAULT_BUFFER_CHUNKS, leak_oversample: int = 1,
-                 rank: int = 0, world_size: int = 1, drop_last: bool = False) -> None:
+                 rank: int = 0, world_size: int = 1, drop_last: bool = False,
+                 transform: TrainTransform | None = None) -> None:
         super().__init__(batch_size, seed)
         check_sharding(leak_oversample, rank, world_size)
         if buffer_chunks < 1:
@@ -70,6 +72,7 @@ class StreamSource(EpochState):
         self.device = torch.device(device)
         self.dtype, self.buffer_chunks, self.leak_oversample = dtype, buffer_chunks, leak_oversample
         self.rank, self.world_size, self.drop_last = rank, world_size, drop_last
+        self.transform = transform      # normalisation / augmentation (None: batches as stored)
         self._chunks = chunk_ranges(self.info.n_files, self.info.chunk_rows)
         if len(self._chunks) < world_size:
             raise ValueError(f"{path}: {len(self._chunks)} chunks cannot be shared by "
@@ -112,6 +115,8 @@ class StreamSource(EpochState):
         first = start * self.batch_size
         if first >= total:
             return
+        if self.transform is not None:
+            self.transform.begin(self.current_epoch, start)
         starts = np.cumsum([0] + [w.size for w in windows]).tolist()
         w0 = bisect.bisect_right(starts, first) - 1
         with BackgroundReader(self.info.path) as reader:
@@ -161,7 +166,10 @@ class StreamSource(EpochState):
         return x, torch.empty(n, dtype=torch.int64, pin_memory=self._pin)
 
     def _finish(self, x: torch.Tensor, file_idx: torch.Tensor) -> Batch:
-        return cast_dtype(x, self.dtype), self._labels.index_select(0, file_idx), file_idx
+        x, y = cast_dtype(x, self.dtype), self._labels.index_select(0, file_idx)
+        if self.transform is not None:
+            x = self.transform(x, y, file_idx)
+        return x, y, file_idx
 
     def close(self) -> None:
         """Stop a pass still in progress: its reader thread is joined and its file closed."""

@@ -33,8 +33,10 @@ from leakpipe.constants import (
     SCHEMA_VERSION,
 )
 from leakpipe.data.schema import encode_json
+from leakpipe.errors import DataError
 
 _STR = h5py.string_dtype("utf-8")
+CLIP_INDEX_LIMIT = int(np.iinfo(np.int16).max) + 1  # clip_index runs 0 .. this - 1
 
 
 def chunk_rows(row_bytes: int, chunk_mb: float) -> int:
@@ -88,6 +90,10 @@ class SplitWriter:
                waveform: np.ndarray | None = None) -> None:
         """Append all clips of one recording: ``mel`` is (clips, n_long, n_short, n_mels, T)."""
         n = mel.shape[0]
+        if n > CLIP_INDEX_LIMIT:
+            raise DataError(f"{recording_id}: {n} clips; clip_index (int16) holds at most "
+                            f"{CLIP_INDEX_LIMIT} per recording (set build.clips_per_recording "
+                            "to a number)")
         start = self.rows
         self._grow(start + n)
         self._datasets[H5_MEL][start:start + n] = mel

@@ -25,6 +25,7 @@ from tqdm import tqdm
 from leakpipe.config import ModelConfig
 from leakpipe.constants import PLACEMENT_DEVICE, PLACEMENT_RAM, PLACEMENT_STREAM
 from leakpipe.data.file_order import FileOrderBatches
+from leakpipe.data.input_norm import NORM_NONE
 from leakpipe.data.split_info import load_resident, read_split_info
 from leakpipe.errors import ConfigError
 from leakpipe.evaluate.voting import ProbMode, segment_leak_prob
@@ -112,8 +113,10 @@ def eval_placement(placement: str, device: torch.device) -> str:
 
 
 def open_batches(path: Path, placement: str, model_cfg: ModelConfig, device: torch.device,
-                 memory: Mapping[str, Any], cap: int, binary: bool) -> FileOrderBatches:
-    """Place a split as planned, then size its file-order batches from the memory left."""
+                 memory: Mapping[str, Any], cap: int, binary: bool,
+                 input_norm: str = NORM_NONE) -> FileOrderBatches:
+    """Place a split as planned, then size its file-order batches from the memory left;
+    each batch normalised per file by the detector's ``input_norm``."""
     if placement == PLACEMENT_STREAM:
         source = read_split_info(path, binary)
         info = source
@@ -121,7 +124,7 @@ def open_batches(path: Path, placement: str, model_cfg: ModelConfig, device: tor
         source = load_resident(path, placement, device, binary)
         info = source.info
     segments = batch_segments(model_cfg, info.mel_shape, device, memory, cap)
-    batches = FileOrderBatches(source, segments, device=device)
+    batches = FileOrderBatches(source, segments, device=device, input_norm=input_norm)
     log.info("%s: %d files, %s placement, %d files (%d segments) per forward pass", path,
              info.n_files, placement, batches.files_per_batch,
              batches.files_per_batch * info.segments_per_file)

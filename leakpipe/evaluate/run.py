@@ -197,7 +197,7 @@ def _setup(plan: Mapping[str, Any], cfg: EvaluateConfig, progress: bool) -> _Set
 def _score(model: Any, detector: Detector, path: Path, setup: _Setup, cfg: EvaluateConfig,
            name: str) -> SplitScores:
     batches = open_batches(path, setup.placement, detector.model_cfg, setup.device,
-                           setup.memory, setup.cap, detector.binary)
+                           setup.memory, setup.cap, detector.binary, detector.input_norm)
     scores = score_split(model, batches, cfg.prob_mode, setup.precision,
                          channels_last=setup.channels_last, progress=setup.progress,
                          desc=f"evaluate {name}")
@@ -287,6 +287,7 @@ def write_outputs(evaluation: Evaluation, detector: Detector, *, metrics_path: P
                                       vote_fraction=point.vote_fraction),
                   threshold=point.threshold,
                   metrics={k: evaluation.metrics[k] for k in DETECTOR_METRICS
-                           if math.isfinite(evaluation.metrics.get(k, math.nan))})
+                           if math.isfinite(evaluation.metrics.get(k, math.nan))},
+                  input_norm=detector.input_norm)
 
 

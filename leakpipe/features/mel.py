@@ -56,6 +56,11 @@ def mel_filterbank(sample_rate: int, n_fft: int, n_mels: int, fmin: float,
     return weights
 
 
+def band_centers_hz(n_mels: int, fmin: float, fmax: float) -> np.ndarray:
+    """Centre frequency of each mel band (the peak of its triangle): (n_mels,) float64, Hz."""
+    return _mel_to_hz(np.linspace(_hz_to_mel(fmin), _hz_to_mel(fmax), n_mels + 2))[1:-1]
+
+
 @lru_cache(maxsize=16)
 def _window(n_fft: int) -> np.ndarray:
     w = get_window("hann", n_fft, fftbins=True).astype(np.float32)  # periodic Hann, (n_fft,)

@@ -239,7 +239,8 @@ def _eval_settings(cfg: TrainConfig) -> EvalSettings:
         voting=VotingConfig(prob_mode=cfg.prob_mode, rule=cfg.decision_rule,
                             vote_fraction=cfg.vote_fraction),
         thresholds=threshold_grid(cfg.threshold_min, cfg.threshold_max, cfg.threshold_step),
-        segment_threshold=cfg.segment_threshold, batch_size=cfg.batch_size)
+        segment_threshold=cfg.segment_threshold, batch_size=cfg.batch_size,
+        input_norm=cfg.input_norm)
 
 
 # ---------------------------------------------------------------------------------------------

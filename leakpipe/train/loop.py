@@ -25,6 +25,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from leakpipe.data.input_norm import NORM_NONE, normalize_clips
 from leakpipe.data.schema import leak_index, task_classes, task_labels
 from leakpipe.evaluate.metrics import best_index, binary_metrics, diagnose, dominant_class
 from leakpipe.evaluate.voting import VotingConfig, decide, file_scores, segment_leak_prob
@@ -287,6 +288,7 @@ class EvalSettings:
     thresholds: np.ndarray       # (K,) file-level threshold grid
     segment_threshold: float
     batch_size: int              # segments per forward pass (rounded down to whole files)
+    input_norm: str = NORM_NONE  # per-clip normalisation of the input (train.input_norm)
 
 
 @dataclass(frozen=True)
@@ -340,7 +342,8 @@ def _forward_split(model: nn.Module, data: ValData, loss_fn: LossFn, precision: 
     confusion = torch.zeros(n_classes * n_classes, dtype=torch.int64, device=device)
     with torch.inference_mode():
         for start in range(0, data.n_files, files_per_batch):
-            x = _segments(data.mel[start:start + files_per_batch], device, channels_last)
+            x = _segments(data.mel[start:start + files_per_batch], device, channels_last,
+                          settings.input_norm)
             y = labels[start:start + files_per_batch].repeat_interleave(per_file)  # (B,)
             with precision.autocast():
                 logits, leak_logit = model(x)                       # (B, C), (B,)
@@ -356,9 +359,13 @@ def _forward_split(model: nn.Module, data: ValData, loss_fn: LossFn, precision: 
     return all_probs.astype(np.float32), totals, counts.astype(np.int64)
 
 
-def _segments(block: Any, device: torch.device, channels_last: bool) -> Tensor:
-    """(F', L, S, M, T) block of files -> (F' * L * S, 1, M, T) float32 on ``device``."""
+def _segments(block: Any, device: torch.device, channels_last: bool,
+              norm: str = NORM_NONE) -> Tensor:
+    """(F', L, S, M, T) block of files -> (F' * L * S, 1, M, T) float32 on ``device``,
+    each file normalised by ``norm``."""
     x = torch.as_tensor(np.asarray(block)) if not isinstance(block, Tensor) else block
+    if norm != NORM_NONE:
+        x = normalize_clips(x.to(device, non_blocking=True), norm)   # (F', L, S, M, T)
     return to_device(x.reshape(-1, 1, *x.shape[-2:]), device, channels_last)
 
 

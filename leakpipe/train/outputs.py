@@ -17,8 +17,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import torch
 
 from leakpipe.config import ModelConfig, TrainConfig
+from leakpipe.data.input_norm import NORM_NONE, normalize_clips
 from leakpipe.detector import save_detector
 from leakpipe.evaluate.voting import VotingConfig
 from leakpipe.train.fit import FitResult
@@ -91,13 +93,17 @@ def save_model(path: Path, result: FitResult, data: TrainingData, model_cfg: Mod
                                       rule=train_cfg.decision_rule,
                                       vote_fraction=train_cfg.vote_fraction),
                   threshold=result.threshold,
-                  metrics={k: v for k, v in result.best_metrics.items() if math.isfinite(v)})
+                  metrics={k: v for k, v in result.best_metrics.items() if math.isfinite(v)},
+                  input_norm=train_cfg.input_norm)
 
 
-def input_example(val_data: ValData, n: int = EXAMPLE_SEGMENTS) -> np.ndarray:
-    """The first ``n`` segments of the val split: (n, 1, n_mels, n_frames) float32."""
+def input_example(val_data: ValData, n: int = EXAMPLE_SEGMENTS,
+                  input_norm: str = NORM_NONE) -> np.ndarray:
+    """The first ``n`` segments of the val split, normalised as the model expects them:
+    (n, 1, n_mels, n_frames) float32."""
     first = np.asarray(val_data.mel[0:1].cpu() if hasattr(val_data.mel, "cpu")
                        else val_data.mel[0:1])                      # (1, L, S, M, T)
+    first = normalize_clips(torch.from_numpy(first), input_norm).numpy()
     segments = first.reshape(-1, 1, *first.shape[-2:])              # (L * S, 1, M, T)
     return np.ascontiguousarray(segments[:n], dtype=np.float32)
 

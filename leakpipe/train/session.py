@@ -156,7 +156,8 @@ def prepare_training(train_path: Path, val_path: Path, plan: dict[str, Any],
         train_path, placement, cfg.batch_size, seed=cfg.seed, binary=cfg.binary,
         device=device, dtype=dtype, leak_oversample=cfg.leak_oversample_factor,
         rank=rank, world_size=world_size, drop_last=world_size > 1,
-        buffer_chunks=int(plan["stream"]["buffer_chunks"]))
+        buffer_chunks=int(plan["stream"]["buffer_chunks"]), input_norm=cfg.input_norm,
+        augment=cfg.augment)
     counts = np.bincount(labels, minlength=len(classes)).tolist()
     return TrainingData(train_source=source, val_data=_val_data(val, cfg, placement, device, dtype),
                         class_counts=counts, class_names=classes, data_class_names=data_classes,

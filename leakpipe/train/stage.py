@@ -227,6 +227,7 @@ def _log_results(tracker: Tracker, result: FitResult, data: TrainingData,
         tracker.log_figure(confusion_figure(result.best_confusion), f"{STAGE}/confusion.png")
     scorer = SegmentScorer(copy.deepcopy(result.model).cpu().eval(),
                            leak_index(data.class_names), cfgs.train.prob_mode)
-    tracker.log_model(scorer, input_example(data.val_data), code_paths=[PACKAGE_DIR])
+    example = input_example(data.val_data, input_norm=cfgs.train.input_norm)
+    tracker.log_model(scorer, example, code_paths=[PACKAGE_DIR])
     if tracker.run_id is not None:        # the detector file too, so `predict --model models:/...`
         tracker.set_tags({tracking.TAG_DETECTOR_URI: tracking.log_detector(paths.model)})

@@ -141,11 +141,14 @@ def render_html(report: ValidationReport) -> str:
 
 def _splits_table(splits: dict[str, dict[str, Any]]) -> str:
     head = "<tr><th>split</th><th>file</th><th>files</th><th>MiB</th><th>dtype</th>" \
-           "<th>row shape</th><th>files per class</th></tr>"
+           "<th>row shape</th><th>files per class</th><th>recordings per class</th>" \
+           "<th>groups per class</th></tr>"
     rows = [
         "<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in (
             name, info.get("path"), info.get("files"), info.get("mib"), info.get("dtype"),
-            info.get("row_shape"), _counts(info.get("class_counts") or {}))) + "</tr>"
+            info.get("row_shape"), _counts(info.get("class_counts") or {}),
+            _counts(info.get("recording_counts") or {}),
+            _counts(info.get("group_counts") or {}))) + "</tr>"
         for name, info in splits.items()
     ]
     return f"<table>{head}{''.join(rows)}</table>"

@@ -36,6 +36,8 @@ CHECKS: dict[str, str] = {
     "not_constant": "no file is constant (max - min > constant_tol): silent or dead sensor",
     "not_all_zero": "no file is all zeros (rows never written)",
     "classes_present": "every required class has at least min_files_per_class files",
+    "recordings_present": "every required class has at least min_recordings_per_class distinct "
+                          "recordings (recording_id)",
     "class_balance": "every class present has a share within [class_fraction_min, "
                      "class_fraction_max]",
     "class_names_match": "class_names are identical across splits",

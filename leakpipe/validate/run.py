@@ -83,5 +83,9 @@ def _split_info(meta: SplitMeta, summary: SplitSummary | None) -> dict:
         names = [*(meta.class_names or ()), *sorted(set(counts.index) - set(meta.class_names
                                                                               or ()))]
         info["class_counts"] = {name: int(counts.get(name, 0)) for name in names}
+        distinct = summary.frame.groupby("class_name")[["recording_id", "group"]].nunique()
+        for key, column in (("recording_counts", "recording_id"), ("group_counts", "group")):
+            found = distinct[column]
+            info[key] = {name: int(found.get(name, 0)) for name in names}
         info["checksum"] = summary.checksum
     return info

@@ -30,7 +30,8 @@ GX_LOGGER = "great_expectations"
 FILES_TABLE = "files"
 CLASSES_TABLE = "classes"
 MISSING_INDEX = -1  # class-table index of a required class absent from class_names
-CLASS_COLUMNS = ["split", "class_name", "index", "count", "fraction", "min_count"]
+CLASS_COLUMNS = ["split", "class_name", "index", "count", "fraction", "min_count", "recordings",
+                 "groups", "min_recordings"]
 
 
 @dataclass(frozen=True)
@@ -78,18 +79,27 @@ def required_classes(meta: SplitMeta, cfg: ValidateConfig) -> list[str]:
 
 
 def class_table(meta: SplitMeta, frame: pd.DataFrame, cfg: ValidateConfig) -> pd.DataFrame:
-    """One row per class of one split (plus required classes missing from class_names)."""
+    """One row per class of one split (plus required classes missing from class_names).
+
+    ``count`` is files (clips); ``recordings`` and ``groups`` are the distinct recording ids
+    and groups among them.
+    """
     names = list(meta.class_names or ())
     required = required_classes(meta, cfg)
     extra = [c for c in required if c not in names]
     counts = frame["label"].value_counts()
+    distinct = frame.groupby("label")[["recording_id", "group"]].nunique()
     total = max(1, len(frame))
     rows = []
     for index, name in [*enumerate(names), *((MISSING_INDEX, c) for c in extra)]:
         count = int(counts.get(index, 0)) if index != MISSING_INDEX else 0
+        found = distinct.loc[index] if index in distinct.index else None
         rows.append({"split": meta.split, "class_name": name, "index": index, "count": count,
                      "fraction": count / total,
-                     "min_count": cfg.min_files_per_class if name in required else 0})
+                     "min_count": cfg.min_files_per_class if name in required else 0,
+                     "recordings": int(found["recording_id"]) if found is not None else 0,
+                     "groups": int(found["group"]) if found is not None else 0,
+                     "min_recordings": cfg.min_recordings_per_class if name in required else 0})
     return pd.DataFrame(rows, columns=CLASS_COLUMNS)
 
 
@@ -139,6 +149,9 @@ def build_expectations(gx: Any, cfg: ValidateConfig) -> list[Expectation]:
             column_A="shape", column_B="expected_shape"), "shape"),
         classes("classes_present", ex.ExpectColumnPairValuesAToBeGreaterThanB(
             column_A="count", column_B="min_count", or_equal=True), "count"),
+        classes("recordings_present", ex.ExpectColumnPairValuesAToBeGreaterThanB(  # absent:
+            column_A="recordings", column_B="min_recordings", or_equal=True,  # classes_present
+            row_condition=_present()), "recordings"),
         classes("class_balance", ex.ExpectColumnValuesToBeBetween(
             column="fraction", min_value=cfg.class_fraction_min,
             max_value=cfg.class_fraction_max, row_condition=_present()), "fraction"),
@@ -259,10 +272,15 @@ def _file_message(check: str, count: int, total: int, values: list[Any],
 def _class_failure(check: str, split: str, offending: pd.DataFrame,
                    cfg: ValidateConfig) -> CheckResult:
     examples = [{"class": str(c.class_name), "count": int(c.count),
-                 "fraction": round(float(c.fraction), 4)} for c in offending.itertuples()]
+                 "fraction": round(float(c.fraction), 4), "recordings": int(c.recordings),
+                 "groups": int(c.groups)} for c in offending.itertuples()]
     if check == "classes_present":
         parts = [f"class {e['class']} has {e['count']} file(s)" for e in examples]
         message = f"{'; '.join(parts)}; needs >= {cfg.min_files_per_class}"
+    elif check == "recordings_present":
+        parts = [f"class {e['class']} has {e['recordings']} recording(s) ({e['count']} file(s), "
+                 f"{e['groups']} group(s))" for e in examples]
+        message = f"{'; '.join(parts)}; needs >= {cfg.min_recordings_per_class} recordings"
     else:
         parts = [f"class {e['class']} is {e['fraction']:.1%} of the files" for e in examples]
         message = (f"{'; '.join(parts)}; bounds [{cfg.class_fraction_min:.1%}, "

@@ -1,0 +1,116 @@
+"""Signal checks of one decoded recording: clipping, DC offset and dead channels.
+
+Each channel is checked on its own, before the mixdown, so that one clipped or dead channel is
+not hidden by the others. The samples are the decoder's float32 values (full scale = 1), and
+"at full scale" is judged against the sample format's own largest code: a PCM_16 field file
+whose samples sit at 32767 / -32768 is clipped although no value exceeds 1.
+
+- ``clipped``: more than ``clip_fraction`` of a channel's samples have ``|x| >=`` the format's
+  largest code minus one step (its LSB; at most float32's resolution, 2**-24).
+- ``dc_offset``: ``|mean| / RMS`` of a channel exceeds ``dc_offset_max`` (1 = pure DC).
+- ``dead``: a channel is constant (all zero included).
+
+A dead channel is reported as dead only (its DC ratio and clipping say nothing more).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from leakpipe.config import QualityConfig
+
+CLIPPED = "clipped"
+DC_OFFSET = "dc_offset"
+DEAD = "dead"
+
+FLOAT32_STEP = 2.0**-24   # spacing of float32 just below 1: nothing finer survives decoding
+BLOCK_FRAMES = 2**20      # frames reduced at a time (bounds the temporaries of long recordings)
+
+# libsndfile subtype -> (largest positive decoded value, one step below it) in float32 units.
+FULL_SCALE: dict[str, tuple[float, float]] = {
+    "PCM_S8": (1 - 2.0**-7, 2.0**-7),
+    "PCM_U8": (1 - 2.0**-7, 2.0**-7),
+    "PCM_16": (1 - 2.0**-15, 2.0**-15),
+    "PCM_24": (1 - 2.0**-23, 2.0**-23),
+    "PCM_32": (1.0, FLOAT32_STEP),       # 2**31 - 1 rounds to 1.0 in float32
+    "FLOAT": (1.0, FLOAT32_STEP),
+    "DOUBLE": (1.0, FLOAT32_STEP),
+    "ULAW": (32124 / 32768, 1024 / 32768),  # G.711 companding: coarse steps near full scale
+    "ALAW": (32256 / 32768, 1024 / 32768),
+}
+OTHER_FULL_SCALE = (1.0, 2.0**-15)  # lossy / other encodings: +-1 with a 16-bit step
+
+
+@dataclass(frozen=True)
+class Issue:
+    """One finding on one channel: the check, the channel, the measured value, a reason."""
+
+    check: str
+    channel: int
+    value: float
+    reason: str
+
+
+@dataclass(frozen=True)
+class ChannelStats:
+    """What the checks measure on one channel."""
+
+    clipped_fraction: float  # share of samples at (or one step below) full scale
+    dc_ratio: float          # |mean| / RMS; 0 for an all-zero channel
+    dead: bool               # constant (all zero included)
+
+
+def clip_threshold(subtype: str) -> float:
+    """``|x|`` at or above which a sample of this format counts as at full scale."""
+    peak, step = FULL_SCALE.get(subtype.upper(), OTHER_FULL_SCALE)
+    return peak - step
+
+
+def channel_stats(data: np.ndarray, subtype: str) -> list[ChannelStats]:
+    """Per-channel statistics of ``data`` (frames, channels) float32, streamed in blocks."""
+    if data.ndim != 2 or data.shape[0] == 0:
+        raise ValueError(f"expected (frames, channels) with frames > 0, got {data.shape}")
+    threshold = np.float32(clip_threshold(subtype))
+    n, channels = data.shape
+    at_full = np.zeros(channels, np.int64)
+    total = np.zeros(channels)
+    squares = np.zeros(channels)
+    low = np.full(channels, np.inf)
+    high = np.full(channels, -np.inf)
+    for start in range(0, n, BLOCK_FRAMES):
+        block = data[start:start + BLOCK_FRAMES]  # (frames, channels)
+        at_full += np.count_nonzero(np.abs(block) >= threshold, axis=0)
+        total += block.sum(axis=0, dtype=np.float64)
+        squares += np.square(block, dtype=np.float64).sum(axis=0)
+        low = np.minimum(low, block.min(axis=0))
+        high = np.maximum(high, block.max(axis=0))
+    rms = np.sqrt(squares / n)
+    dc = np.divide(np.abs(total / n), rms, out=np.zeros(channels), where=rms > 0)
+    return [ChannelStats(float(at_full[c] / n), float(dc[c]), bool(low[c] == high[c]))
+            for c in range(channels)]
+
+
+def find_issues(stats: list[ChannelStats], cfg: QualityConfig, subtype: str) -> list[Issue]:
+    """The checks that ``stats`` fail under ``cfg``, channel by channel."""
+    out = []
+    for c, s in enumerate(stats):
+        if s.dead:
+            out.append(Issue(DEAD, c, 1.0, f"channel {c} is dead (constant"
+                             f"{', all zero' if s.dc_ratio == 0 else ''})"))
+            continue
+        if s.clipped_fraction > cfg.clip_fraction:
+            out.append(Issue(CLIPPED, c, s.clipped_fraction,
+                             f"channel {c} is clipped: {s.clipped_fraction:.2%} of its samples "
+                             f"at {subtype} full scale (limit {cfg.clip_fraction:.2%})"))
+        if s.dc_ratio > cfg.dc_offset_max:
+            out.append(Issue(DC_OFFSET, c, s.dc_ratio,
+                             f"channel {c} has a DC offset: |mean| / RMS = {s.dc_ratio:.2f} "
+                             f"(limit {cfg.dc_offset_max:g})"))
+    return out
+
+
+def check_signal(data: np.ndarray, subtype: str, cfg: QualityConfig) -> list[Issue]:
+    """Every issue of a decoded recording ``data`` (frames, channels) in format ``subtype``."""
+    return find_issues(channel_stats(data, subtype), cfg, subtype)

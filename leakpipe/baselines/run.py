@@ -1,0 +1,226 @@
+"""Stage `baselines`: fit on train, choose hyper-parameters and threshold on val, report on test.
+
+``run_baselines`` is the orchestrator (no I/O besides reading the splits):
+
+1. features of every split (``data.read_features``);
+2. per model, every hyper-parameter combination is fitted on train and scored on val; the
+   threshold of each is chosen on val by evaluate's own ``select_operating_point`` (a clip
+   score is a file of one segment, whose ``mean`` rule is the score itself), and the
+   combination with the best criterion value wins (ties: the higher val ROC-AUC, then the
+   first in grid order);
+3. the winner is applied unchanged to test: evaluate's file-level figures and its bootstrap
+   over test recordings (same seed and resamples, so every model and the CNN are judged on the
+   same recording draws);
+4. the comparison: the CNN's figures from `metrics/eval.json` against the MFCC baseline with
+   the highest test F1 (the strongest, so the margin is the CNN's smallest lead), and the
+   level-only ROC-AUC.
+
+``write_outputs`` writes `metrics/baselines.json` (names nested at the slashes, as eval.json)
+and the DVC bar plot of test F1 with intervals, each atomically.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from leakpipe.baselines.data import ClipFeatures, check_compatible, read_features
+from leakpipe.baselines.models import FEATURE_SET, MFCC, hyper_grid, leak_scores, make_model
+from leakpipe.commands._common import write_json_atomic
+from leakpipe.config import BaselinesConfig, EvaluateConfig
+from leakpipe.errors import DataError
+from leakpipe.evaluate.bootstrap import bootstrap_intervals
+from leakpipe.evaluate.report import binary_figures, interval_metrics, prefixed, ranking_metrics
+from leakpipe.evaluate.run import json_safe
+from leakpipe.evaluate.select import OperatingPoint, select_operating_point
+from leakpipe.evaluate.voting import decide, threshold_grid
+from leakpipe.train.outputs import nest
+
+log = logging.getLogger(__name__)
+
+TRAIN, VAL, TEST = "train", "val", "test"
+CNN = "cnn"
+LEVEL_MODEL = "level_logreg"
+CLIP_RULE = "mean"           # one segment per "file": the rule's score is the clip score
+PLOT_FILE = "comparison.json"
+COMPARED = ("file_f1", "file_roc_auc")   # figures the comparison shows, with intervals
+
+
+@dataclass(frozen=True)
+class ModelResult:
+    """One baseline at its val-chosen hyper-parameters and threshold."""
+
+    name: str
+    hyper: dict[str, Any]
+    point: OperatingPoint
+    metrics: dict[str, float]         # eval/*, val/file_*, test/file_* (+ _ci_low / _ci_high)
+    grid: list[dict[str, Any]]        # every combination tried with its val figures
+
+
+@dataclass(frozen=True)
+class BaselineReport:
+    results: dict[str, ModelResult]
+    comparison: dict[str, Any]        # flat: best_baseline, cnn_file_f1, margin_file_f1, ...
+
+
+def _x(split: ClipFeatures, name: str) -> np.ndarray:
+    return split.mfcc if FEATURE_SET[name] == MFCC else split.level
+
+
+# -- selection on val ---------------------------------------------------------------------------
+
+def choose_on_val(scores: np.ndarray, truth: np.ndarray, ev: EvaluateConfig) -> OperatingPoint:
+    """evaluate's operating-point choice for (F,) clip scores of the VAL split."""
+    return select_operating_point(
+        scores[:, None, None], truth,
+        threshold_grid(ev.threshold_min, ev.threshold_max, ev.threshold_step),
+        rule=CLIP_RULE, vote_fraction=ev.vote_fraction, criterion=ev.criterion,
+        target=ev.target)
+
+
+def fit_and_select(name: str, train: ClipFeatures, val: ClipFeatures, cfg: BaselinesConfig,
+                   ev: EvaluateConfig) -> tuple[Any, dict[str, Any], OperatingPoint, list]:
+    """Fit every grid combination on train; keep the best on val (model, hyper, point, grid)."""
+    best, best_key, rows = None, None, []
+    for hyper in hyper_grid(cfg, name):
+        model = make_model(name, hyper, cfg.seed, cfg.threads).fit(_x(train, name), train.truth)
+        scores = leak_scores(model, _x(val, name))
+        point = choose_on_val(scores, val.truth, ev)
+        auc = ranking_metrics(val.truth, scores)["roc_auc"]
+        key = (point.met, point.value, auc if math.isfinite(auc) else -math.inf)
+        rows.append({**hyper, "val_criterion": point.value, "val_roc_auc": auc,
+                     "threshold": point.threshold})
+        if best_key is None or key > best_key:                 # first of equals wins
+            best, best_key = (model, hyper, point), key
+    model, hyper, point = best
+    log.info("%s: %s chosen on val (%s %.4f at threshold %g, %d combinations)", name, hyper,
+             ev.criterion, point.value, point.threshold, len(rows))
+    return model, hyper, point, rows
+
+
+# -- figures ------------------------------------------------------------------------------------
+
+def split_figures(name: str, split: ClipFeatures, scores: np.ndarray, decision: np.ndarray,
+                  ev: EvaluateConfig, *, bootstrap: bool) -> dict[str, float]:
+    """evaluate's file-level figures of one split's (F,) decisions (test: with intervals)."""
+    out = prefixed(f"{name}/file", binary_figures(split.truth, decision, scores))
+    if bootstrap:
+        intervals = bootstrap_intervals(split.truth, decision, scores, split.recording_id,
+                                        resamples=ev.bootstrap_resamples,
+                                        confidence=ev.confidence, seed=ev.seed)
+        out.update(interval_metrics(f"{name}/file", intervals))
+    out[f"{name}/files"] = float(split.n_files)
+    return out
+
+
+def evaluate_model(name: str, splits: Mapping[str, ClipFeatures], cfg: BaselinesConfig,
+                   ev: EvaluateConfig) -> ModelResult:
+    """Select on val, then apply the chosen model and threshold unchanged to test."""
+    model, hyper, point, rows = fit_and_select(name, splits[TRAIN], splits[VAL], cfg, ev)
+    metrics = {"eval/threshold": point.threshold, "eval/criterion_value": point.value,
+               "eval/target_met": float(point.met)}
+    for split_name, bootstrap in ((VAL, False), (TEST, True)):
+        split = splits[split_name]
+        scores = leak_scores(model, _x(split, name))                # (F,)
+        decision = decide(scores, point.threshold)[0]                 # (F,) ties are LEAK
+        metrics.update(split_figures(split_name, split, scores, decision, ev,
+                                     bootstrap=bootstrap))
+    return ModelResult(name, hyper, point, metrics, rows)
+
+
+# -- comparison ---------------------------------------------------------------------------------
+
+def cnn_figures(eval_metrics: Mapping[str, Any] | None, test_files: int,
+                source: str) -> dict[str, float]:
+    """The CNN's compared test figures from evaluate's flat metrics ({} when absent)."""
+    if eval_metrics is None:
+        return {}
+    files = eval_metrics.get("test/files")
+    if files != test_files:
+        shown = int(files) if isinstance(files, int | float) else "no"
+        raise DataError(f"{source}: evaluated {shown} test files, the test split holds "
+                        f"{test_files}; re-run `dvc repro evaluate`")
+    out = {}
+    for name in COMPARED:
+        for suffix in ("", "_ci_low", "_ci_high"):
+            value = eval_metrics.get(f"test/{name}{suffix}")
+            out[f"{name}{suffix}"] = math.nan if value is None else float(value)
+    return out
+
+
+def compare(results: Mapping[str, ModelResult], cnn: Mapping[str, float]) -> dict[str, Any]:
+    """Best MFCC baseline (highest test F1) against the CNN; the level-only ROC-AUC."""
+    out: dict[str, Any] = {}
+    mfcc = [r for r in results.values() if FEATURE_SET[r.name] == MFCC]
+    if mfcc:
+        best = max(mfcc, key=lambda r: r.metrics["test/file_f1"])  # first of equals
+        out["best_baseline"] = best.name
+        out.update(_figures("baseline", best.metrics))
+    if cnn:
+        out.update({f"cnn_{k}": v for k, v in cnn.items()})
+    if mfcc and cnn:
+        out["margin_file_f1"] = cnn["file_f1"] - out["baseline_file_f1"]
+    if LEVEL_MODEL in results:
+        out.update(_figures("level", results[LEVEL_MODEL].metrics))
+    return out
+
+
+def _figures(prefix: str, metrics: Mapping[str, float]) -> dict[str, float]:
+    return {f"{prefix}_{name}{suffix}": metrics.get(f"test/{name}{suffix}", math.nan)
+            for name in COMPARED for suffix in ("", "_ci_low", "_ci_high")}
+
+
+# -- orchestration ------------------------------------------------------------------------------
+
+def run_baselines(paths: Mapping[str, Path], cfg: BaselinesConfig, ev: EvaluateConfig,
+                  eval_metrics: Mapping[str, Any] | None = None,
+                  eval_source: str = "metrics/eval.json") -> BaselineReport:
+    """Every model of ``cfg.models`` selected on val, reported on test, and the comparison."""
+    splits = {name: read_features(paths[name], cfg.n_mfcc, cfg.summary)
+              for name in (TRAIN, VAL, TEST)}
+    check_compatible(splits)
+    for name, split in splits.items():
+        if split.truth.all() or not split.truth.any():
+            raise DataError(f"{split.path}: the {name} split needs LEAK and non-LEAK clips")
+    cnn = cnn_figures(eval_metrics, splits[TEST].n_files, eval_source)
+    results = {name: evaluate_model(name, splits, cfg, ev) for name in cfg.models}
+    return BaselineReport(results, compare(results, cnn))
+
+
+# -- outputs ------------------------------------------------------------------------------------
+
+def flat_metrics(report: BaselineReport) -> dict[str, Any]:
+    """Every figure of the report as ``<model>/test/file_f1``, ``comparison/...`` names."""
+    out: dict[str, Any] = {}
+    for name, result in report.results.items():
+        out.update({f"{name}/{k}": v for k, v in result.metrics.items()})
+        out.update({f"{name}/hyperparams/{k}": v for k, v in result.hyper.items()})
+    out.update({f"comparison/{k}": v for k, v in report.comparison.items()})
+    return out
+
+
+def plot_records(report: BaselineReport) -> list[dict[str, Any]]:
+    """One bar per model (the CNN first when known): test F1 with its interval, ROC-AUC."""
+    c = report.comparison
+    rows = []
+    if "cnn_file_f1" in c:
+        rows.append((CNN, c["cnn_file_f1"], c["cnn_file_f1_ci_low"], c["cnn_file_f1_ci_high"],
+                     c["cnn_file_roc_auc"]))
+    for name, r in report.results.items():
+        m = r.metrics
+        rows.append((name, m["test/file_f1"], m.get("test/file_f1_ci_low", math.nan),
+                     m.get("test/file_f1_ci_high", math.nan), m["test/file_roc_auc"]))
+    keys = ("model", "f1", "ci_low", "ci_high", "roc_auc")
+    return [json_safe(dict(zip(keys, row, strict=True))) for row in rows]
+
+
+def write_outputs(report: BaselineReport, *, metrics_path: Path, plots_dir: Path) -> None:
+    """`metrics/baselines.json` and the DVC plot file, each written atomically."""
+    write_json_atomic(metrics_path, nest(json_safe(flat_metrics(report))))
+    write_json_atomic(plots_dir / PLOT_FILE, plot_records(report))
