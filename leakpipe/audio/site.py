@@ -80,6 +80,8 @@ HYDRO_LF_CORNER_HZ = (15.0, 50.0)      # corner of that field's low-pass, Hz
 # Logger sample rates and their share: 8 kHz loggers and 44.1 / 48 kHz sound cards are common.
 SAMPLE_RATES_WEIGHTS = {8000: 0.35, 16000: 0.25, 44100: 0.2, 48000: 0.2}
 ANTI_ALIAS = 0.45                      # band limit of a logger, fraction of its sample rate
+ANTI_ALIAS_ORDER = 40                  # its steepness (Butterworth order): ADC decimation
+#                                        filters fall by tens of dB between 0.45 and 0.5 fs
 SENSOR_NOISE_DB = -45.0                # white self-noise of the electronics re ambient RMS, dB
 SENSOR_SENSITIVITY_DB = (-6.0, 6.0)    # sensor sensitivity of a site re nominal, dB
 
@@ -155,7 +157,7 @@ TRAFFIC_FC_HZ = (60.0, 250.0)          # corner of the ground-borne rumble of a 
 TRAFFIC_WIDTH_S = (0.2, 0.6)           # standard deviation of the pass-by's Gaussian swell, s
 TRAFFIC_SPAN = 2.5                     # a swell is cut at this many standard deviations
 DRAW_SNR_DB = (10.0, 25.0)             # water drawn nearby: in-band SNR of its hiss, dB
-DRAW_HOLD_S = (0.3, 1.5)               # how long the tap stays open, s
+DRAW_HOLD_S = (0.2, 1.0)               # how long the tap stays open, s
 DRAW_RAMP_S = 0.05                     # opening / closing time of the tap, s
 TAIL_TAUS = 6.0                        # an exponential decay is cut after this many taus
 

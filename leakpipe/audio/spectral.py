@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from leakpipe.audio.site import ACCEL_REF_HZ, ANTI_ALIAS, Site
+from leakpipe.audio.site import ACCEL_REF_HZ, ANTI_ALIAS, ANTI_ALIAS_ORDER, Site
 
 
 def resonance(freqs: np.ndarray, fc: float, q: float) -> np.ndarray:
@@ -68,7 +68,7 @@ def sensor_response(freqs: np.ndarray, site: Site) -> np.ndarray:
         peak = site.sensor_resonance_gain * resonance(freqs, site.sensor_resonance_hz,
                                                       site.sensor_resonance_q)
         out = out * tilt * (1.0 + peak)
-    return out * lowpass(freqs, ANTI_ALIAS * site.sample_rate)
+    return out * lowpass(freqs, ANTI_ALIAS * site.sample_rate, order=ANTI_ALIAS_ORDER)
 
 
 def apply_sensor(x: np.ndarray, sr: int, site: Site) -> np.ndarray:

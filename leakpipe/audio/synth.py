@@ -118,7 +118,7 @@ RECIPES: dict[str, Recipe] = {
                      rumble=(0.3, -6.0, 6.0), transient_factor=1.0),
     "UNCLASSIFIED": Recipe(flow=(0.5, -9.0, 3.0), pump=(0.5, -9.0, 3.0),
                            hum=(0.5, -20.0, 0.0), use=(0.2, -6.0, 6.0), prv=(0.1, -6.0, 6.0),
-                           rumble=(0.6, 0.0, 10.0), transient_factor=3.0,
+                           rumble=(0.6, 0.0, 10.0), transient_factor=2.0,
                            signature=_unclassified),
 }
 
