@@ -58,6 +58,7 @@ class SynthConfig:
     clip_share: float = num(ge=0, le=1)
     dc_share: float = num(ge=0, le=1)
     subtype: Literal["PCM_16", "PCM_24", "FLOAT"]
+    workers: int = num(ge=0)
 
     def problems(self) -> list[tuple[str, str]]:
         out = []

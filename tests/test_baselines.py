@@ -294,3 +294,61 @@ def test_mean_std_doubles_the_features(tmp_path: Path) -> None:
     params = _params(tmp_path, models=["random_forest"], summary="mean_std")
     report = _run(params, paths)
     assert report.results["random_forest"].metrics["test/file_f1"] >= 0.9
+
+
+# -- the paired interval of the margin ----------------------------------------------------------
+
+def test_paired_difference_of_identical_decisions_is_exactly_zero() -> None:
+    from leakpipe.evaluate.bootstrap import paired_f1_difference
+
+    truth = np.array([1, 1, 0, 0, 1, 0, 1, 0], dtype=bool)
+    decision = np.array([1, 0, 0, 1, 1, 0, 1, 0], dtype=bool)
+    ids = np.array(list("aabbccdd"))
+    interval = paired_f1_difference(truth, decision, decision, ids, resamples=200,
+                                    confidence=0.95, seed=0)
+    assert (interval.low, interval.high) == (0.0, 0.0)
+
+
+def test_paired_difference_of_a_better_detector_is_positive_and_narrower() -> None:
+    from leakpipe.evaluate.bootstrap import bootstrap_intervals, paired_f1_difference
+
+    rng = np.random.default_rng(0)
+    truth = rng.random(400) < 0.4
+    ids = np.repeat(np.arange(200), 2).astype(str)
+    good = np.where(rng.random(400) < 0.9, truth, ~truth)      # 90 % right
+    worse = np.where(rng.random(400) < 0.15, ~good, good)      # good, with 15 % flipped
+    paired = paired_f1_difference(truth, good, worse, ids, resamples=500, confidence=0.95,
+                                  seed=1)
+    assert paired.low > 0.0
+    separate = [bootstrap_intervals(truth, d, d.astype(float), ids, resamples=500,
+                                    confidence=0.95, seed=1)["f1"] for d in (good, worse)]
+    # narrower than what the two separate intervals allow for the difference
+    widths = [i.high - i.low for i in separate]
+    assert paired.high - paired.low < widths[0] + widths[1]
+
+
+def test_cnn_predictions_give_the_margin_a_paired_interval(project: Path) -> None:
+    import h5py
+
+    with h5py.File(project / "data" / "processed" / "test.h5", "r") as f:
+        recs = [r.decode() if isinstance(r, bytes) else str(r) for r in f["recording_id"][:]]
+        labels = f["labels"][:]
+        names = json.loads(f.attrs["class_names"])
+    rows, seen = ["split,recording_id,clip,decision"], {}
+    for rec, label in zip(recs, labels, strict=True):
+        seen[rec] = seen.get(rec, -1) + 1
+        rows.append(f"test,{rec},{seen[rec]},{names[label]}")   # a perfect CNN
+    (project / "reports" / "predictions.csv").write_text("\n".join(rows) + "\n")
+    assert main(STAGE_ARGS) == 0
+    comparison = json.loads((project / "metrics" / "baselines.json").read_text())["comparison"]
+    assert comparison["margin_file_f1_ci_low"] <= comparison["margin_file_f1_ci_high"]
+    assert comparison["margin_file_f1_ci_high"] <= 1.0
+
+
+def test_cnn_predictions_missing_a_clip_is_one_line_and_writes_nothing(project: Path,
+                                                                       capsys) -> None:
+    (project / "reports" / "predictions.csv").write_text(
+        "split,recording_id,clip,decision\ntest,nowhere.wav,0,LEAK\n")
+    assert main(STAGE_ARGS) != 0
+    assert "predictions.csv: no test prediction for clip 0 of" in capsys.readouterr().err
+    assert not (project / "metrics" / "baselines.json").exists()

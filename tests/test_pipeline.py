@@ -92,8 +92,9 @@ def test_repro_builds_every_output(reproduced: tuple[Path, str]) -> None:
     assert report["n_unusable"] == 0 and report["n_recordings"] > 0
     lock = yaml.safe_load((project / "dvc.lock").read_text())
     assert set(lock["stages"]) == {"synth", "index", "build", "validate", "preload", "train",
-                                   "evaluate", "tune"}
+                                   "evaluate", "baselines", "tune"}
     for output in ("models/model.pt", "metrics/train.json", "metrics/eval.json",
+                   "metrics/baselines.json", "plots/baselines/comparison.json",
                    "metrics/tune.json", "tuning/best_params.yaml", "reports/preload.json",
                    "reports/validation.json", "reports/predictions.csv"):
         assert (project / output).is_file(), output
@@ -112,7 +113,8 @@ def test_runs_land_in_the_project_store(reproduced: tuple[Path, str]) -> None:
     client = MlflowClient(tracking_uri=f"sqlite:///{project / 'mlruns' / 'mlflow.db'}")
     runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
     stages = {r.data.tags["leakpipe.stage"] for r in runs}
-    assert {"synth", "build", "validate", "preload", "train", "evaluate", "tune"} <= stages
+    assert {"synth", "build", "validate", "preload", "train", "evaluate", "baselines",
+            "tune"} <= stages
     assert all(r.info.status == "FINISHED" for r in runs)
     build_run = next(r for r in runs if r.data.tags["leakpipe.stage"] == "build")
     assert build_run.data.params["build.n_mels"] == "64"

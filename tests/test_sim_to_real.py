@@ -223,7 +223,10 @@ def test_sim_to_real_end_to_end(tmp_path: Path, real_like: Path, detector_file: 
         assert np.allclose(pooled["finetune"]["clip_scores"][rec], scores, rtol=1e-3)
         assert not np.allclose(pooled["scratch"]["clip_scores"][rec], scores, rtol=1e-3)
     assert pooled["synthetic"]["roc_auc"] == zero["overall"]["roc_auc"]
-    assert set(few["beats"]) == {"finetune_vs_scratch", "finetune_vs_synthetic"}
+    assert set(few["beats"]["pooled"]) == {"finetune_vs_scratch", "finetune_vs_synthetic"}
+    versus = few["new_leak_vs_background"]                       # folds holding out a leak
+    assert set(versus["synthetic"]["folds"]) == {"LEAK/rec0.wav", "LEAK/rec1.wav"}
+    assert versus["synthetic"]["mean_roc_auc"] == versus["finetune"]["mean_roc_auc"] == 1.0
 
     out, png = tmp_path / "out" / "s2r.json", tmp_path / "out" / "s2r.png"
     write_outputs(summary, out, png)

@@ -24,7 +24,7 @@ PARAMS = Path(__file__).resolve().parents[1] / "params.yaml"
 BASE = SynthConfig(seed=123, classes=KNOWN_CLASSES, n_sites=3, recordings_per_class=1,
                    leak_share=0.42, scale=1.0, sample_rates=(SR,), duration_s=1.0,
                    difficulty=1.0, transient_rate_hz=0.4, gain_db=20.0, clip_share=0.0,
-                   dc_share=0.0, subtype="PCM_16")
+                   dc_share=0.0, subtype="PCM_16", workers=1)
 METAL, PLASTIC = draw_site(BASE.seed, 0, (SR,)), draw_site(BASE.seed, 1, (SR,))
 
 
@@ -127,6 +127,13 @@ def test_class_subset_writes_only_those_classes_and_the_same_recordings(tmp_path
 def folder_bytes(root: Path) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
             if p.is_file()}
+
+
+def test_a_worker_pool_writes_the_same_bytes(tmp_path):
+    cfg = dataclasses.replace(BASE, classes=("LEAK", "NORMAL"), n_sites=2)
+    synth.generate(cfg, tmp_path / "one", progress=False)
+    synth.generate(dataclasses.replace(cfg, workers=2), tmp_path / "two", progress=False)
+    assert folder_bytes(tmp_path / "one") == folder_bytes(tmp_path / "two")
 
 
 def test_same_seed_gives_identical_bytes_and_another_seed_does_not(tmp_path):

@@ -47,8 +47,8 @@ LEAK_DISTANCE_M: dict[Material, tuple[float, float]] = {"metal": (5.0, 150.0),
 PRESSURE_BAR = (2.0, 8.0)              # operating pressure of the main, bar
 PRESSURE_REF_BAR = 4.0                 # pressure at which the leak SNR range applies
 # Leak noise level grows with pressure: jet noise power ~ exit velocity^4..8, velocity ~
-# sqrt(pressure), so ~20-40 dB per decade of pressure; 30 dB per decade is used.
-LEAK_DB_PER_DECADE_PRESSURE = 30.0
+# sqrt(pressure), so ~20-40 dB per decade of pressure; the low end, 20 dB per decade, is used.
+LEAK_DB_PER_DECADE_PRESSURE = 20.0
 # Turbulent source spectrum of the leak jet: flat up to a corner that scales with the jet
 # velocity (Strouhal scaling, f ~ v / d_orifice) and falls at 2nd order above it.
 LEAK_CORNER_HZ = (300.0, 1500.0)       # corner at the reference pressure, Hz
@@ -116,7 +116,7 @@ USE_SWITCH_PROB = 0.4                  # share of uses that start or stop within
 # hunting of the pilot (Bergant et al.; utilities' PRV noise complaints).
 PRV_WHISTLE_HZ = (250.0, 2500.0)       # whistle fundamental, Hz
 PRV_WHISTLES = (1, 3)                  # whistle tones (inclusive range)
-PRV_WHISTLE_DB = (0.0, 12.0)           # whistle level re the valve hiss in its band, dB
+PRV_WHISTLE_DB = (6.0, 18.0)           # whistle level re the valve hiss in its band, dB
 PRV_HUNT_HZ = (0.3, 2.0)               # pilot hunting rate, Hz
 PRV_HUNT_DEPTH = (0.1, 0.5)            # relative amplitude modulation of the hunting
 PRV_CORNER_HZ = (400.0, 2000.0)        # corner of the valve hiss, Hz

@@ -13,6 +13,8 @@ from __future__ import annotations
 import csv
 import dataclasses
 import logging
+import multiprocessing
+import os
 import shutil
 import time
 import uuid
@@ -41,9 +43,13 @@ MANIFEST_FIELDS = ("path", "class", "group", "material", "sensor", "sample_rate"
 # per unit of difficulty, and by the site's background level and pressure. Field surveys
 # report leaks from clearly audible to below the background (Hunaidi & Chu 1999; Gao et al.
 # 2005: detectability falls with distance and in plastic pipes), so the range reaches < 0 dB.
-LEAK_SNR_DB = (0.0, 24.0)
+LEAK_SNR_DB = (3.0, 27.0)
 LEAK_SNR_DB_PER_DIFFICULTY = 8.0
-HARD_SNR_DB = (0.0, 24.0)          # legitimate water use and PRV hiss: the same range as leaks
+# The hard negatives of NORMAL recordings. Leak surveys record at night (2-4 am), when demand
+# is at its minimum, so customers' water use is mostly small flows (cisterns refilling, night
+# irrigation), weaker than a typical leak; a throttling PRV hisses as loud as a leak.
+USE_SNR_DB = (-6.0, 9.0)
+PRV_SNR_DB = (0.0, 24.0)
 AMBIENT_DBFS = -50.0  # level of the ambient background in the written file at nominal gain
 HEADROOM_DB = 1.0     # a recording not meant to clip keeps its peak this many dB below full scale
 OVERDRIVE_DB = (1.0, 8.0)          # how far a clipped recording's peak is driven past full scale
@@ -114,7 +120,7 @@ RECIPES: dict[str, Recipe] = {
                    hum=(0.5, -20.0, -6.0), use=(0.25, -6.0, 6.0), prv=(0.15, -6.0, 6.0),
                    rumble=(0.3, -6.0, 6.0), transient_factor=1.0, signature=_leak),
     "NORMAL": Recipe(flow=(1.0, 0.0, 10.0), pump=(0.5, -6.0, 6.0),
-                     hum=(0.5, -20.0, -6.0), use=(0.7, *HARD_SNR_DB), prv=(0.35, *HARD_SNR_DB),
+                     hum=(0.5, -20.0, -6.0), use=(0.5, *USE_SNR_DB), prv=(0.35, *PRV_SNR_DB),
                      rumble=(0.3, -6.0, 6.0), transient_factor=1.0),
     "UNCLASSIFIED": Recipe(flow=(0.5, -9.0, 3.0), pump=(0.5, -9.0, 3.0),
                            hum=(0.5, -20.0, 0.0), use=(0.2, -6.0, 6.0), prv=(0.1, -6.0, 6.0),
@@ -242,18 +248,37 @@ class SynthSummary:
         return out
 
 
+def _render_job(job: tuple[SynthConfig, Site, str, int]) -> np.ndarray:
+    return render_recording(*job)
+
+
+def _rendered(cfg: SynthConfig, jobs: list[tuple[SynthConfig, Site, str, int]],
+              workers: int) -> Iterator[np.ndarray]:
+    """Samples of every job in order; a spawn-context pool when ``workers > 1``.
+
+    Every recording has its own generator, so the pool changes no byte of the output.
+    """
+    if workers <= 1:
+        yield from (_render_job(job) for job in jobs)
+        return
+    with multiprocessing.get_context("spawn").Pool(workers) as pool:
+        yield from pool.imap(_render_job, jobs, chunksize=4)
+
+
 def _write_all(cfg: SynthConfig, root: Path, progress: bool) -> dict[str, int]:
     """Render every recording into ``root`` and write the manifest; returns counts per class."""
-    total = cfg.n_sites * sum(counts_per_site(cfg).values())
+    jobs = [(cfg, site, cls, index) for site, cls, index in _plan(cfg)]
+    workers = min(cfg.workers or os.cpu_count() or 1, len(jobs))
     counts = dict.fromkeys(cfg.classes, 0)
     with open(root / MANIFEST_NAME, "w", newline="") as fh:
         writer = csv.writer(fh, lineterminator="\n")
         writer.writerow(MANIFEST_FIELDS)
-        for site, cls, index in tqdm(_plan(cfg), total=total, disable=not progress,
-                                     desc="synth", unit="rec"):
+        rendered = _rendered(cfg, jobs, workers)
+        for (_, site, cls, index), samples in tqdm(zip(jobs, rendered, strict=True),
+                                                   total=len(jobs), disable=not progress,
+                                                   desc="synth", unit="rec"):
             rel = Path(cls) / recording_name(site, cls, index)
             (root / cls).mkdir(exist_ok=True)
-            samples = render_recording(cfg, site, cls, index)
             sf.write(root / rel, samples, site.sample_rate, subtype=cfg.subtype, format="WAV")
             writer.writerow([rel.as_posix(), cls, site.site_id, site.material, site.sensor,
                              site.sample_rate, cfg.duration_s, cfg.seed])

@@ -21,6 +21,7 @@ and the DVC bar plot of test F1 with intervals, each atomically.
 
 from __future__ import annotations
 
+import csv
 import logging
 import math
 from collections.abc import Mapping
@@ -34,8 +35,9 @@ from leakpipe.baselines.data import ClipFeatures, check_compatible, read_feature
 from leakpipe.baselines.models import FEATURE_SET, MFCC, hyper_grid, leak_scores, make_model
 from leakpipe.commands._common import write_json_atomic
 from leakpipe.config import BaselinesConfig, EvaluateConfig
+from leakpipe.constants import LEAK_CLASS
 from leakpipe.errors import DataError
-from leakpipe.evaluate.bootstrap import bootstrap_intervals
+from leakpipe.evaluate.bootstrap import bootstrap_intervals, paired_f1_difference
 from leakpipe.evaluate.report import binary_figures, interval_metrics, prefixed, ranking_metrics
 from leakpipe.evaluate.run import json_safe
 from leakpipe.evaluate.select import OperatingPoint, select_operating_point
@@ -61,6 +63,19 @@ class ModelResult:
     point: OperatingPoint
     metrics: dict[str, float]         # eval/*, val/file_*, test/file_* (+ _ci_low / _ci_high)
     grid: list[dict[str, Any]]        # every combination tried with its val figures
+    test_decision: np.ndarray         # (F,) bool, test clips in file order: for paired intervals
+
+
+@dataclass(frozen=True)
+class PairedTest:
+    """The CNN's test decisions, aligned with the test split's clips, and the bootstrap."""
+
+    truth: np.ndarray                 # (F,) bool
+    cnn_decision: np.ndarray          # (F,) bool
+    recording_id: np.ndarray          # (F,) str
+    resamples: int
+    confidence: float
+    seed: int
 
 
 @dataclass(frozen=True)
@@ -131,7 +146,7 @@ def evaluate_model(name: str, splits: Mapping[str, ClipFeatures], cfg: Baselines
         decision = decide(scores, point.threshold)[0]                 # (F,) ties are LEAK
         metrics.update(split_figures(split_name, split, scores, decision, ev,
                                      bootstrap=bootstrap))
-    return ModelResult(name, hyper, point, metrics, rows)
+    return ModelResult(name, hyper, point, metrics, rows, np.asarray(decision, dtype=bool))
 
 
 # -- comparison ---------------------------------------------------------------------------------
@@ -154,8 +169,13 @@ def cnn_figures(eval_metrics: Mapping[str, Any] | None, test_files: int,
     return out
 
 
-def compare(results: Mapping[str, ModelResult], cnn: Mapping[str, float]) -> dict[str, Any]:
-    """Best MFCC baseline (highest test F1) against the CNN; the level-only ROC-AUC."""
+def compare(results: Mapping[str, ModelResult], cnn: Mapping[str, float],
+            paired: PairedTest | None = None) -> dict[str, Any]:
+    """Best MFCC baseline (highest test F1) against the CNN; the level-only ROC-AUC.
+
+    With the CNN's own test decisions (``paired``), the margin gets a paired bootstrap
+    interval: both scored on the same recording draws.
+    """
     out: dict[str, Any] = {}
     mfcc = [r for r in results.values() if FEATURE_SET[r.name] == MFCC]
     if mfcc:
@@ -166,6 +186,13 @@ def compare(results: Mapping[str, ModelResult], cnn: Mapping[str, float]) -> dic
         out.update({f"cnn_{k}": v for k, v in cnn.items()})
     if mfcc and cnn:
         out["margin_file_f1"] = cnn["file_f1"] - out["baseline_file_f1"]
+    if mfcc and paired is not None:
+        interval = paired_f1_difference(paired.truth, paired.cnn_decision, best.test_decision,
+                                        paired.recording_id, resamples=paired.resamples,
+                                        confidence=paired.confidence, seed=paired.seed)
+        if interval is not None:
+            out["margin_file_f1_ci_low"] = interval.low
+            out["margin_file_f1_ci_high"] = interval.high
     if LEVEL_MODEL in results:
         out.update(_figures("level", results[LEVEL_MODEL].metrics))
     return out
@@ -178,9 +205,48 @@ def _figures(prefix: str, metrics: Mapping[str, float]) -> dict[str, float]:
 
 # -- orchestration ------------------------------------------------------------------------------
 
+def read_cnn_decisions(path: Path) -> dict[tuple[str, int], bool] | None:
+    """evaluate's test decisions per (recording, k-th clip of it); None when the file is absent.
+
+    The k-th clip of a recording is its k-th row in the split (clips of a recording are
+    consecutive rows in clip order), so the key does not depend on how clips are numbered.
+    """
+    try:
+        with open(path, newline="") as fh:
+            rows = [r for r in csv.DictReader(fh) if r.get("split") == TEST]
+    except FileNotFoundError:
+        return None
+    try:
+        per_recording: dict[str, list[tuple[int, bool]]] = {}
+        for r in rows:
+            per_recording.setdefault(r["recording_id"], []).append(
+                (int(r["clip"]), r["decision"] == LEAK_CLASS))
+    except (KeyError, ValueError) as exc:
+        raise DataError(f"{path}: not evaluate's predictions table ({exc})") from None
+    return {(rec, k): decision for rec, clips in per_recording.items()
+            for k, (_, decision) in enumerate(sorted(clips))}
+
+
+def paired_test(test: ClipFeatures, decisions: Mapping[tuple[str, int], bool], source: str,
+                ev: EvaluateConfig) -> PairedTest:
+    """The CNN's decisions in the test split's clip order; a missing clip is an error."""
+    seen: dict[str, int] = {}
+    aligned = np.zeros(test.n_files, dtype=bool)
+    for i, rec in enumerate(test.recording_id):
+        k = seen[rec] = seen.get(rec, -1) + 1
+        if (rec, k) not in decisions:
+            raise DataError(f"{source}: no test prediction for clip {k} of {rec}; re-run "
+                            f"`dvc repro evaluate`")
+        aligned[i] = decisions[(rec, k)]
+    return PairedTest(test.truth, aligned, test.recording_id, ev.bootstrap_resamples,
+                      ev.confidence, ev.seed)
+
+
 def run_baselines(paths: Mapping[str, Path], cfg: BaselinesConfig, ev: EvaluateConfig,
                   eval_metrics: Mapping[str, Any] | None = None,
-                  eval_source: str = "metrics/eval.json") -> BaselineReport:
+                  eval_source: str = "metrics/eval.json",
+                  cnn_decisions: Mapping[tuple[str, int], bool] | None = None,
+                  decisions_source: str = "reports/predictions.csv") -> BaselineReport:
     """Every model of ``cfg.models`` selected on val, reported on test, and the comparison."""
     splits = {name: read_features(paths[name], cfg.n_mfcc, cfg.summary)
               for name in (TRAIN, VAL, TEST)}
@@ -189,8 +255,10 @@ def run_baselines(paths: Mapping[str, Path], cfg: BaselinesConfig, ev: EvaluateC
         if split.truth.all() or not split.truth.any():
             raise DataError(f"{split.path}: the {name} split needs LEAK and non-LEAK clips")
     cnn = cnn_figures(eval_metrics, splits[TEST].n_files, eval_source)
+    paired = (None if cnn_decisions is None
+              else paired_test(splits[TEST], cnn_decisions, decisions_source, ev))
     results = {name: evaluate_model(name, splits, cfg, ev) for name in cfg.models}
-    return BaselineReport(results, compare(results, cnn))
+    return BaselineReport(results, compare(results, cnn, paired))
 
 
 # -- outputs ------------------------------------------------------------------------------------

@@ -42,6 +42,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the stamp `validate` writes; refuse splits it did not pass")
     parser.add_argument("--cnn-metrics", type=Path, default=Path("metrics/eval.json"),
                         help="the CNN's evaluate metrics to compare with (skipped when absent)")
+    parser.add_argument("--cnn-predictions", type=Path, default=Path("reports/predictions.csv"),
+                        help="evaluate's per-clip decisions: a paired interval of the margin "
+                             "(skipped when absent)")
     parser.add_argument("--metrics", type=Path, default=Path("metrics/baselines.json"),
                         help="DVC metrics file")
     parser.add_argument("--plots-dir", type=Path, default=Path("plots/baselines"),
@@ -63,7 +66,7 @@ def read_eval_metrics(path: Path) -> dict[str, Any] | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from leakpipe.baselines.run import run_baselines, write_outputs
+    from leakpipe.baselines.run import read_cnn_decisions, run_baselines, write_outputs
     from leakpipe.commands.preload import check_validated
     from leakpipe.preload import read_shapes
 
@@ -73,7 +76,8 @@ def run(args: argparse.Namespace) -> int:
     if args.validated is not None:
         check_validated(args.validated, read_shapes(paths))
     report = run_baselines(paths, cfg, ev, read_eval_metrics(args.cnn_metrics),
-                           str(args.cnn_metrics))
+                           str(args.cnn_metrics), read_cnn_decisions(args.cnn_predictions),
+                           str(args.cnn_predictions))
     write_outputs(report, metrics_path=args.metrics, plots_dir=args.plots_dir)
     with tracking.start_run(NAME) as parent:
         parent.log_params({NAME: dataclasses.asdict(cfg),

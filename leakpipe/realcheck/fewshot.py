@@ -51,8 +51,8 @@ INIT_NAME = "init.pt"
 class FewShotConfig:
     """The adaptation budget (the same for fine-tuning and training from scratch)."""
 
-    epochs: int = 6
-    batch_size: int = 128                # segments per step: many steps on a few recordings
+    epochs: int = 4
+    batch_size: int = 256                # segments per step (a few recordings: ~6,000 a fold)
     finetune_lr: float = 3e-4
     scratch_lr: float | None = None      # None = the params' train.learning_rate
     val_share: float = 0.25              # last share of each training recording's clips -> val
@@ -66,6 +66,7 @@ class MethodResult:
 
     table: ClipTable                     # the held-out recording's clips
     threshold: float                     # chosen by fit on the training recordings' val clips
+    background: ClipTable | None = None  # val clips of the non-leak training recordings
     fit: dict[str, Any] = field(default_factory=dict)
 
 
@@ -76,6 +77,7 @@ class Fold:
     train_recordings: tuple[str, ...]
     val_has_both_classes: bool           # False: val holds one class, its threshold is moot
     methods: dict[str, MethodResult]
+    background: ClipTable | None = None  # the detector alone on MethodResult.background's clips
 
 
 def data_labels(detector: Detector, labels: list[str], noleak_as: str) -> dict[str, int]:
@@ -113,6 +115,13 @@ def write_fold(recordings: list[RealRecording], detector: Detector, label_of: di
                 if rows.size:
                     writer.append(rec.mel[rows], label, rec.recording_id, rec.recording_id)
     return paths
+
+
+def val_parts(recordings: list[RealRecording], val_share: float,
+              leak: bool) -> list[RealRecording]:
+    """The val clips (``time_split``) of the recordings of one class, as recordings."""
+    return [dataclasses.replace(r, mel=r.mel[time_split(len(r.mel), val_share)[1]])
+            for r in recordings if r.is_leak == leak]
 
 
 def write_init_checkpoint(detector: Detector, path: Path) -> Path:
@@ -173,12 +182,16 @@ def leave_one_out(detector: Detector, recordings: list[RealRecording], base: Tra
             train_cfg = fold_config(base, detector, cfg, init if method == "finetune" else None)
             adapted, info = train_detector(detector, paths, train_cfg, folder / method, device)
             scored = score_recordings(adapted, [held], device)
-            methods[method] = MethodResult(scored.table, adapted.threshold, info)
+            background = (score_recordings(adapted, val_parts(others, cfg.val_share, leak=False),
+                                           device).table if held.is_leak and both else None)
+            methods[method] = MethodResult(scored.table, adapted.threshold, background, info)
             log.info("fold %d/%d (held out %s, %s) %s: mean leak prob %.3f, threshold %.2f",
                      k + 1, len(recordings), held.recording_id, held.label, method,
                      scored.table.scores.mean(), adapted.threshold)
+        background = (score_recordings(detector, val_parts(others, cfg.val_share, leak=False),
+                                       device).table if held.is_leak and both else None)
         folds.append(Fold(held.recording_id, held.label,
-                          tuple(r.recording_id for r in others), both, methods))
+                          tuple(r.recording_id for r in others), both, methods, background))
     return folds
 
 

@@ -15,7 +15,7 @@ import numpy as np
 
 from leakpipe.constants import LEAK_CLASS
 from leakpipe.detector import Detector
-from leakpipe.realcheck.fewshot import Fold
+from leakpipe.realcheck.fewshot import Fold, MethodResult
 from leakpipe.realcheck.metrics import (
     DECIMALS,
     ClipTable,
@@ -36,6 +36,7 @@ PANEL_TITLES = {SYNTHETIC: "synthetic detector (zero-shot)",
 CLASS_COLOURS = {True: "tab:red", False: "tab:blue"}   # LEAK / not
 FIGURE_SIZE = (13.0, 4.5)
 FIXED_THRESHOLD = 0.5
+FIGURES = ("roc_auc", "balanced_accuracy")   # compared between methods
 CI_NOTE = ("clips resampled within each class; all clips come from 5 recordings of one "
            "testbed and one sensor, so the interval understates the real uncertainty")
 
@@ -84,33 +85,61 @@ def clip_scores(table: ClipTable) -> dict[str, list[float]]:
 
 def few_shot(folds: list[Fold], zero: Scored, detector: Detector,
              recordings: list[RealRecording]) -> dict[str, Any]:
-    """Pooled held-out figures per method, each fold's own, and which method wins."""
-    pooled, per_fold = {}, [fold_figures(f, zero, detector) for f in folds]
+    """Pooled held-out figures per method, each fold's own, the leak-vs-background folds and
+    whether fine-tuning wins."""
+    pooled = {}
     for method in PANELS:
-        tables, thresholds = _held_out(folds, zero, detector, method)
-        table = ClipTable.concat(tables)
-        own = np.concatenate([np.full(len(t.scores), th) for t, th in
-                              zip(tables, thresholds, strict=True)])
-        at_half = table_figures(table, FIXED_THRESHOLD)
+        views = [_view(f, zero, detector, method) for f in folds]
+        table = ClipTable.concat([v.table for v in views])
+        own = np.concatenate([np.full(len(v.table.scores), v.threshold) for v in views])
         pooled[method] = {**table_figures(table, own),
-                          "balanced_accuracy_at_0_5": at_half["balanced_accuracy"],
+                          "balanced_accuracy_at_0_5":
+                              table_figures(table, FIXED_THRESHOLD)["balanced_accuracy"],
                           "distribution": class_distributions(table, recordings),
                           "clip_scores": clip_scores(table)}
-    return {"pooled": pooled, "folds": per_fold, "beats": _beats(pooled)}
+    versus = new_leak_vs_background(folds, zero, detector)
+    return {"pooled": pooled, "folds": [fold_figures(f, zero, detector) for f in folds],
+            "new_leak_vs_background": versus,
+            "beats": {"pooled": _beats(pooled, ""), "new_leak_vs_background":
+                      _beats(versus, "mean_")}}
 
 
-def _held_out(folds: list[Fold], zero: Scored, detector: Detector,
-              method: str) -> tuple[list[ClipTable], list[float]]:
+def _view(fold: Fold, zero: Scored, detector: Detector, method: str) -> MethodResult:
+    """A fold's result for ``method``; the detector alone is one too (its own threshold)."""
     if method == SYNTHETIC:
-        tables = [_subset(zero.table, f.held_out) for f in folds]
-        return tables, [detector.threshold] * len(folds)
-    return ([f.methods[method].table for f in folds],
-            [f.methods[method].threshold for f in folds])
+        return MethodResult(_subset(zero.table, fold.held_out), detector.threshold,
+                            fold.background)
+    return fold.methods[method]
 
 
 def _subset(table: ClipTable, recording: str) -> ClipTable:
     keep = table.recording == recording
     return ClipTable(table.scores[keep], table.truth[keep], table.recording[keep])
+
+
+def new_leak_vs_background(folds: list[Fold], zero: Scored,
+                           detector: Detector) -> dict[str, Any]:
+    """Folds holding out a leak: its clips against the unseen val clips of the training
+    no-leak recordings, scored by the same fold's model; per fold and the mean."""
+    out: dict[str, Any] = {}
+    for method in PANELS:
+        per_fold = {}
+        for fold in folds:
+            view = _view(fold, zero, detector, method)
+            if view.background is not None:
+                table = ClipTable.concat([view.table, view.background])
+                per_fold[fold.held_out] = table_figures(table, view.threshold)
+        out[method] = {"folds": per_fold, **_mean_figures(per_fold)}
+    return out
+
+
+def _mean_figures(per_fold: dict[str, dict[str, Any]]) -> dict[str, float | None]:
+    """Mean ROC-AUC and balanced accuracy over folds (undefined folds left out)."""
+    out = {}
+    for name in FIGURES:
+        values = [f[name] for f in per_fold.values() if f[name] is not None]
+        out[f"mean_{name}"] = round(float(np.mean(values)), DECIMALS) if values else None
+    return out
 
 
 def fold_figures(fold: Fold, zero: Scored, detector: Detector) -> dict[str, Any]:
@@ -120,28 +149,23 @@ def fold_figures(fold: Fold, zero: Scored, detector: Detector) -> dict[str, Any]
                            "val_has_both_classes": fold.val_has_both_classes}
     leak = fold.label == LEAK_CLASS
     for method in PANELS:
-        if method == SYNTHETIC:
-            scores, threshold, info = _subset(zero.table, fold.held_out).scores, \
-                detector.threshold, {}
-        else:
-            result = fold.methods[method]
-            scores, threshold, info = result.table.scores, result.threshold, result.fit
-        figures = recording_figures(scores, threshold)
+        view = _view(fold, zero, detector, method)
+        figures = recording_figures(view.table.scores, view.threshold)
         called = figures["share_called_leak"]
-        out[method] = {"threshold": threshold, **figures,
+        out[method] = {"threshold": view.threshold, **figures,
                        "share_correct": called if leak else round(1.0 - called, DECIMALS),
-                       **info}
+                       **view.fit}
     return out
 
 
-def _beats(pooled: dict[str, dict[str, Any]]) -> dict[str, dict[str, bool | None]]:
+def _beats(figures: dict[str, dict[str, Any]], prefix: str) -> dict[str, dict[str, bool | None]]:
     """finetune > other on each figure (None when a figure is undefined)."""
     out = {}
     for other in ("scratch", SYNTHETIC):
-        out[f"finetune_vs_{other}"] = {
-            name: (None if pooled["finetune"][name] is None or pooled[other][name] is None
-                   else pooled["finetune"][name] > pooled[other][name])
-            for name in ("roc_auc", "balanced_accuracy")}
+        pairs = {name: (figures["finetune"][prefix + name], figures[other][prefix + name])
+                 for name in FIGURES}
+        out[f"finetune_vs_{other}"] = {name: None if None in pair else pair[0] > pair[1]
+                                       for name, pair in pairs.items()}
     return out
 
 
