@@ -12,6 +12,7 @@ import numpy as np
 import torch
 
 from leakpipe.config import load_section
+from leakpipe.data.input_norm import normalize_clips
 from leakpipe.data.reader import open_split
 from leakpipe.detector import load_detector
 from leakpipe.evaluate.voting import decide, file_scores, segment_leak_prob
@@ -63,6 +64,7 @@ def _val_decisions_are_right(detector, path: Path) -> bool:
     """Every val file decided LEAK / not LEAK correctly by the loaded detector, in one process."""
     with open_split(path) as split:
         mel = torch.from_numpy(split.mel[:]).float()                 # (F, L, S, M, T)
+        mel = normalize_clips(mel, detector.input_norm)             # as the detector was trained
         truth = np.asarray(split.labels) == detector.leak_index
     flat = mel.reshape(-1, 1, *mel.shape[-2:])                      # (F * L * S, 1, M, T)
     with torch.inference_mode():

@@ -261,6 +261,30 @@ def test_continual_learning_from_init_checkpoint(train_cfg: TrainConfig, tmp_pat
         _fit(still, tmp_path / "d", binary=True)
 
 
+def test_init_checkpoint_accepts_a_detector_file(train_cfg: TrainConfig, tmp_path: Path) -> None:
+    from leakpipe.config import FeatureConfig
+    from leakpipe.detector import save_detector
+
+    first = _fit(dataclasses.replace(train_cfg, epochs=1), tmp_path / "a")
+    detector = tmp_path / "model.pt"
+    features = load_section(PARAMS, "build").features
+    assert isinstance(features, FeatureConfig)
+    save_detector(detector, model=first.model, model_cfg=TINY_MODEL, class_names=KNOWN_CLASSES,
+                  data_class_names=KNOWN_CLASSES, binary=False, features=features,
+                  voting=VotingConfig(rule="long_vote", vote_fraction=0.5),
+                  threshold=0.5, metrics={}, input_norm=train_cfg.input_norm)
+    still = dataclasses.replace(train_cfg, epochs=1, learning_rate=1e-12, eta_min=0.0,
+                                init_checkpoint=str(detector))
+    tuned = _fit(still, tmp_path / "b")
+    for key, value in ck.model_state(first.model).items():
+        torch.testing.assert_close(ck.model_state(tuned.model)[key], value)
+    with pytest.raises(ck.CheckpointError, match="holds no optimizer state"):
+        _fit(dataclasses.replace(still, reset_optimizer=False), tmp_path / "c")
+    other = "clip_band" if train_cfg.input_norm != "clip_band" else "none"
+    with pytest.raises(ck.CheckpointError, match="expects input_norm"):
+        _fit(dataclasses.replace(still, input_norm=other), tmp_path / "d")
+
+
 # ---------------------------------------------------------------------------------------------
 # the loop
 # ---------------------------------------------------------------------------------------------

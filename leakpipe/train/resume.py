@@ -9,9 +9,12 @@ the run that wrote the checkpoint; ``RESUME_FREE_KEYS`` may change in between.
 from __future__ import annotations
 
 import logging
+import pickle
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+import torch
 
 from leakpipe.train import checkpoint as ckpt_io
 from leakpipe.train.state import RunState
@@ -96,9 +99,30 @@ def check_same_run(ckpt: Mapping[str, Any], run: RunState, path: Path) -> None:
                                               f"params now say {value!r}; {advice}")
 
 
+def _init_source(path: Path, reset_optimizer: bool, input_norm: str) -> dict[str, Any]:
+    """A training checkpoint as is, or a detector file (models/model.pt, detector.pt) as its
+    weights and classes: what a user fine-tunes is usually the shipped detector."""
+    from leakpipe.detector import DETECTOR_FORMAT  # the detector module imports training's
+
+    try:
+        raw = torch.load(path, map_location="cpu", weights_only=True)
+    except (OSError, RuntimeError, EOFError, ValueError, pickle.UnpicklingError):
+        raw = None  # load_checkpoint below names the problem
+    if not (isinstance(raw, dict) and raw.get("format") == DETECTOR_FORMAT):
+        return ckpt_io.load_checkpoint(path, map_location="cpu")
+    if not reset_optimizer:
+        raise ckpt_io.CheckpointError(f"train.init_checkpoint: {path} is a detector file, which "
+                                      f"holds no optimizer state; set train.reset_optimizer: true")
+    if raw.get("input_norm", "none") != input_norm:
+        raise ckpt_io.CheckpointError(f"train.init_checkpoint: {path} expects input_norm "
+                                      f"{raw.get('input_norm', 'none')!r}, params say "
+                                      f"{input_norm!r}")
+    return {"model": raw["model"], "class_names": raw["class_names"]}
+
+
 def init_from(run: RunState, path: Path, reset_optimizer: bool) -> None:
     """Continual learning: start from another run's weights (and optimizer moments)."""
-    ckpt = ckpt_io.load_checkpoint(path, map_location="cpu")
+    ckpt = _init_source(path, reset_optimizer, run.cfg.input_norm)
     if tuple(ckpt.get("class_names", ())) != run.class_names:
         raise ckpt_io.CheckpointError(f"train.init_checkpoint: {path} was trained on classes "
                                       f"{ckpt.get('class_names')}, this run has "
