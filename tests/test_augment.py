@@ -8,7 +8,6 @@ segment's index inside the file), as in test_batches, so plain batches name ever
 from __future__ import annotations
 
 import dataclasses
-import itertools
 from pathlib import Path
 
 import numpy as np
@@ -27,12 +26,11 @@ from leakpipe.data.split_info import load_resident
 from leakpipe.data.stream_source import StreamSource
 from leakpipe.data.writer import SplitWriter
 from leakpipe.detector import load_detector
-from leakpipe.tracking import NullTracker
-from leakpipe.train.fit import FitOptions, FitResult, fit
 from leakpipe.train.interrupt import StopRequested
 from leakpipe.train.outputs import input_example, save_model
 from leakpipe.train.session import prepare_training, read_plan
 from tests.conftest import PARAMS
+from tests.test_train_signals import _fit
 from tests.test_train_stage import Workspace, make_workspace
 
 N_FILES = 20
@@ -224,21 +222,6 @@ def _workspace(root: Path, mode: str) -> Workspace:
     return make_workspace(root, files_per_class=4, mode=mode,
                           train={"input_norm": "clip_level",
                                  "augment": {**augment, "enabled": True}})
-
-
-def _fit(ws: Workspace, directory: Path, stop_after: int | None = None) -> FitResult:
-    cfg, model_cfg = load_section(ws.params, "train"), load_section(ws.params, "model")
-    data = prepare_training(ws.data["train"], ws.data["val"], read_plan(ws.plan), cfg,
-                            torch.device("cpu"))
-    polls = itertools.count(1)
-    stop = (lambda: next(polls) > stop_after) if stop_after is not None else None
-    try:
-        return fit(model_cfg, cfg, train_source=data.train_source, val_data=data.val_data,
-                   class_counts=data.class_counts, tracker=NullTracker(),
-                   checkpoint_dir=directory, features=data.features.to_dict(),
-                   options=FitOptions(should_stop=stop, data_id=data.data_id))
-    finally:
-        data.close()
 
 
 def _batches_per_epoch(ws: Workspace) -> int:

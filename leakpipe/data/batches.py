@@ -1,8 +1,8 @@
 """Batch sources for training and evaluation: one index operation per batch, no worker processes.
 
 The original trainer starved its GPU: a DataLoader with up to 20 workers read one segment per
-``__getitem__`` from HDF5 and collated them (ORIGIN.md, fault 1). Here a batch is never built
-sample by sample:
+``__getitem__`` from HDF5 and collated them, so the GPU waited on Python. Here a batch is
+never built sample by sample:
 
 * ``ResidentSource`` (placements ``device`` and ``ram``, ``leakpipe.data.resident_source``):
   every segment of a split lives in one contiguous tensor (N, 1, n_mels, n_frames); a batch is

@@ -2,7 +2,8 @@
 
 ``binary_metrics(y_true (N,), decisions (K, N))`` returns (K,) arrays; a ratio with a zero
 denominator is 0 (scikit-learn's ``zero_division=0``). ``diagnose`` explains in one line why a
-run's F1 is 0 or its predictions collapsed (ORIGIN faults 2 and 5), instead of a silent 0.
+run's F1 is 0 or its predictions collapsed (a hard-coded class index once read F1 0 for
+weeks; a collapsed model calls everything one class), instead of a silent 0.
 """
 
 from __future__ import annotations

@@ -11,7 +11,8 @@
 ``write_outputs`` writes the DVC outputs atomically: `metrics/eval.json` (metric names nested
 at their slashes, as train's: DVC shows ``test/file_f1`` as ``test.file_f1``), the plot files,
 the predictions CSV and the detector file carrying the chosen operating point (what `leakpipe
-predict` uses), so the threshold that is reported is the one that is saved (ORIGIN fault 9).
+predict` uses), so the threshold that is reported is the one that is saved (a
+reported threshold that differs from the deployed one makes every reported figure wrong).
 """
 
 from __future__ import annotations
@@ -175,7 +176,7 @@ def evaluate_detector(detector: Detector, paths: Mapping[str, Path], plan: Mappi
 
 
 def _diagnoses(point: OperatingPoint, *results: SplitResult) -> dict[str, str]:
-    """Why a split's F1 is 0 or its decisions collapsed to one class (ORIGIN faults 2, 5)."""
+    """Why a split's F1 is 0 or its decisions collapsed to one class."""
     out = {}
     for result in results:
         note = diagnose(result.table.truth, result.decision, result.file_score, point.threshold)

@@ -3,7 +3,7 @@
 One dict per checkpoint (see ``make_checkpoint``); the model is stored unwrapped (no
 ``_orig_mod.`` / ``module.`` prefixes). Saving is synchronous: ``torch.save`` into a temporary
 file in the same folder, fsync, ``os.replace`` (the original saved from a thread pool and lost
-saves: ORIGIN fault 6). Every value is a tensor or a plain type, so ``torch.load`` runs with
+saves). Every value is a tensor or a plain type, so ``torch.load`` runs with
 ``weights_only=True``.
 
 A run stopped mid-epoch (SIGINT / SIGTERM) writes ``partial.pt``: the state after its last

@@ -3,8 +3,9 @@
 Seeded and deterministic on CPU; auto-resumes from the newest checkpoint in ``checkpoint_dir``
 (``leakpipe.train.resume``; mid-epoch too) and then ends exactly where an uninterrupted run
 would; continual learning from ``train.init_checkpoint``; optional ``torch.compile`` that raises
-instead of falling back (ORIGIN fault 7); early stopping on the validation file F1 (val loss
-when the split holds no leak); the best epoch's weights are kept and returned.
+instead of falling back (a silent fallback trains a different, slower model); early stopping
+on the validation file F1 (val loss when the split holds no leak); the best epoch's weights
+are kept and returned.
 
 ``FitOptions`` carries what the train stage adds around the tuning path: a stop flag polled
 between optimizer steps (SIGINT / SIGTERM: checkpoint mid-epoch, raise ``StopRequested``), a

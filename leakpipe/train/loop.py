@@ -4,7 +4,7 @@ Batches are ``(x (B, 1, n_mels, T), y (B,) int64 task labels, file index (B,))``
 precision is one ``torch.autocast`` plus a ``GradScaler(enabled=...)``: no ``if amp:`` branches.
 Metrics accumulate on the device; each function syncs with the host once at its end (and at
 every ``log_every`` optimizer steps when asked). Validation covers EVERY segment of the split
-(the original validated on 40 unshuffled batches: ORIGIN fault 3).
+(the original validated on 40 unshuffled batches, so its metrics described a few files only).
 
 A training epoch can stop between optimizer steps (``should_stop``, polled after each step: a
 signal handler's flag) and hand back its ``EpochProgress``; passing that progress back as

@@ -69,7 +69,8 @@ def class_weights(counts: Sequence[float], leak_index: int, leak_boost: float) -
     """Inverse class frequency normalised to mean 1 over present classes; LEAK x leak_boost.
 
     Absent classes get weight 0 (they never occur as targets). Weights are computed from the
-    counts the loss actually sees, so oversampling and weighting do not stack (ORIGIN fault 5).
+    counts the loss actually sees, so oversampling and weighting do not stack (stacked,
+    they over-weight LEAK until the model calls everything a leak).
     """
     counts_t = torch.as_tensor(counts, dtype=torch.float64)  # (C,)
     present = counts_t > 0

@@ -2,7 +2,8 @@
 
 AdamW (fused on CUDA) with weight decay only on weight matrices / kernels; a linear warmup then
 cosine decay to ``eta_min``, stepped once per OPTIMIZER step by a ``LambdaLR``. The scheduler is
-the only writer of the learning rate (the original's warmup overwrote it: ORIGIN fault 4).
+the only writer of the learning rate (the original's warmup overwrote it, so its schedule
+was not the one configured).
 """
 
 from __future__ import annotations
