@@ -108,6 +108,24 @@ def test_second_repro_does_nothing(reproduced: tuple[Path, str]) -> None:
     assert "Stage 'build' didn't change, skipping" in out
 
 
+def test_bytecode_caches_do_not_make_stages_stale(reproduced: tuple[Path, str]) -> None:
+    # Another interpreter (or numba) writing its caches into a package folder a stage depends
+    # on must not change that stage's dependency hash.
+    project, _ = reproduced
+    cache = project / "leakpipe" / "validate" / "__pycache__"
+    cache.mkdir(exist_ok=True)
+    written = [cache / "other.cpython-399.pyc", cache / "summary.kernel-1.py399.nbi",
+               cache / "summary.kernel-1.py399.1.nbc"]
+    for path in written:
+        path.write_bytes(b"\0" * 16)
+    try:
+        out = _run([str(BIN / "dvc"), "status"], project)
+    finally:
+        for path in written:
+            path.unlink()
+    assert "modified" not in out and "changed deps" not in out, out
+
+
 def test_runs_land_in_the_project_store(reproduced: tuple[Path, str]) -> None:
     project, _ = reproduced
     client = MlflowClient(tracking_uri=f"sqlite:///{project / 'mlruns' / 'mlflow.db'}")

@@ -179,6 +179,9 @@ def test_stage_writes_a_detector_with_the_threshold_chosen_on_val(trained: Train
     assert metrics["val"]["file_f1"] == 1.0                       # easy data: every leak found
     assert detector.threshold == metrics["val"]["file_threshold"] == metrics["threshold"]
     assert detector.threshold != 0.5 and detector.metrics["val/file_f1"] == 1.0
+    # timing figures stay out of the file, so identical weights give identical bytes
+    assert "samples_per_s" in metrics["perf"]                    # measured, in metrics/train.json
+    assert not [k for k in detector.metrics if k.startswith("perf/")]
     assert detector.class_names == KNOWN_CLASSES and detector.features == SMALL_FEATURES
     ckpt = ck.load_checkpoint(trained.ws.checkpoints / ck.BEST_NAME)
     assert ckpt["epoch"] == metrics["best_epoch"] and ckpt["threshold"] == detector.threshold

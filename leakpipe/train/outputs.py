@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 
 EPOCH_COLUMN = "epoch"
 SEP = "/"
+TIMING_PREFIX = "perf/"        # metric names of timing figures (vary run to run)
 EXAMPLE_SEGMENTS = 4          # segments in the logged model's input example (>= 2)
 FIGURE_SIZE = (11.0, 4.5)     # inches: segment matrix left, file matrix right
 
@@ -93,8 +94,15 @@ def save_model(path: Path, result: FitResult, data: TrainingData, model_cfg: Mod
                                       rule=train_cfg.decision_rule,
                                       vote_fraction=train_cfg.vote_fraction),
                   threshold=result.threshold,
-                  metrics={k: v for k, v in result.best_metrics.items() if math.isfinite(v)},
+                  metrics=model_metrics(result.best_metrics),
                   input_norm=train_cfg.input_norm)
+
+
+def model_metrics(best: Mapping[str, float]) -> dict[str, float]:
+    """The best epoch's quality figures for the model file: finite values only, and no timing
+    figures (``perf/*``), which differ on every run, so identical weights give identical bytes
+    (and the stages that read the file do not re-run for nothing)."""
+    return {k: v for k, v in best.items() if math.isfinite(v) and not k.startswith(TIMING_PREFIX)}
 
 
 def input_example(val_data: ValData, n: int = EXAMPLE_SEGMENTS,
