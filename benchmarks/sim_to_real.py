@@ -15,7 +15,8 @@ Method and caveats: docs/sim_to_real.md. CPU, 2 cores: a few minutes.
 
     python benchmarks/sim_to_real.py [--detector models/detector.pt] \
         [--real-dir ../shared/real-dev] [--out benchmarks/results/sim_to_real.json] \
-        [--figure benchmarks/results/sim_to_real.png] [--epochs 6] [--seed 0] [--no-few-shot]
+        [--figure benchmarks/results/sim_to_real.png] [--epochs 4] [--seed 0] [--seeds 5]
+        [--no-few-shot]
 """
 
 from __future__ import annotations
@@ -52,6 +53,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--finetune-lr", type=float, default=DEFAULTS.finetune_lr)
     parser.add_argument("--seed", type=int, default=DEFAULTS.seed,
                         help="training seed of every fold and the bootstrap seed")
+    parser.add_argument("--seeds", type=int, default=1,
+                        help="repeat the few-shot folds with this many training seeds from "
+                             "--seed on and report the spread (default 1)")
     parser.add_argument("--resamples", type=int, default=RESAMPLES,
                         help="bootstrap resamples of the zero-shot ROC-AUC")
     parser.add_argument("--no-few-shot", action="store_true",
@@ -74,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg = None if args.no_few_shot else dataclasses.replace(
         DEFAULTS, epochs=args.epochs, finetune_lr=args.finetune_lr, seed=args.seed)
     summary = sim_to_real(args.detector, args.real_dir, load_section(args.params, "train"), cfg,
-                          resamples=args.resamples)
+                          resamples=args.resamples, seeds=args.seeds)
     write_outputs(summary, args.out, args.figure)
     print(json.dumps(headline(summary), indent=2))
     return 0
@@ -92,6 +96,11 @@ def headline(summary: dict) -> dict:
             m: {k: v[k] for k in ("mean_roc_auc", "mean_balanced_accuracy")}
             for m, v in few["new_leak_vs_background"].items()}
         out["beats"] = few["beats"]
+    if "few_shot_seeds" in summary:
+        spread = summary["few_shot_seeds"]
+        out["over_seeds"] = {"seeds": spread["seeds"], "finetune_wins": spread["finetune_wins"],
+                             **{m: spread[m]["roc_auc"] for m in ("synthetic", "finetune",
+                                                                  "scratch")}}
     return out
 
 

@@ -41,6 +41,7 @@ SEED = 11
 KINDS = ("ram", "stream")
 DEFAULTS = load_section(PARAMS, "train").augment
 ON = dataclasses.replace(DEFAULTS, enabled=True)
+OFF = dataclasses.replace(DEFAULTS, enabled=False)
 NOTHING = dataclasses.replace(ON, gain_db=0.0, tilt_db_per_octave=0.0, eq_bumps=0, mix_prob=0.0,
                               freq_masks=0)
 
@@ -98,8 +99,8 @@ def assert_same(got: list[tuple[torch.Tensor, ...]], want: list[tuple[torch.Tens
 @pytest.mark.parametrize("kind", KINDS)
 def test_off_gives_todays_batches_bit_for_bit(split: Path, kind: str) -> None:
     want = run(plain(kind, split), epoch=2)
-    off = source(kind, split, input_norm="none", augment=DEFAULTS)       # enabled: false
-    assert DEFAULTS.enabled is False and off.transform is None
+    off = source(kind, split, input_norm="none", augment=OFF)            # enabled: false
+    assert off.transform is None
     assert_same(run(off, epoch=2), want)
     assert_same(run(source(kind, split), epoch=2), want)                 # arguments left out
     with open_split(split) as data:                                      # and the file's values
@@ -234,7 +235,7 @@ def _batches_per_epoch(ws: Workspace) -> int:
 def test_validation_data_is_never_augmented(tmp_path: Path) -> None:
     ws = _workspace(tmp_path, "ram")
     cfg = load_section(ws.params, "train")
-    plain_cfg = dataclasses.replace(cfg, augment=DEFAULTS)
+    plain_cfg = dataclasses.replace(cfg, augment=OFF)
     augmented = prepare_training(ws.data["train"], ws.data["val"], read_plan(ws.plan), cfg,
                                  torch.device("cpu"))
     base = prepare_training(ws.data["train"], ws.data["val"], read_plan(ws.plan), plain_cfg,

@@ -284,3 +284,31 @@ def test_script_zero_shot_on_real_dev(tmp_path: Path, detector_file: Path) -> No
         assert figures["n_clips"] == int(seconds // SMALL_FEATURES.clip_s)   # non-overlapping
     assert "few_shot" not in summary
     assert png.is_file()
+
+
+def _seed_summary(aucs: dict[str, float | None], wins: dict[str, bool | None]) -> dict:
+    """The parts of a `few_shot` summary that `over_seeds` reads."""
+    versus = {m: {"mean_roc_auc": a, "mean_balanced_accuracy": 0.5} for m, a in aucs.items()}
+    beats = {f"finetune_vs_{o}": {"roc_auc": w, "balanced_accuracy": False}
+             for o, w in wins.items()}
+    return {"new_leak_vs_background": versus, "beats": {"new_leak_vs_background": beats}}
+
+
+def test_over_seeds_reports_spread_and_win_counts() -> None:
+    from leakpipe.realcheck.report import over_seeds
+    per_seed = {
+        1: _seed_summary({"synthetic": 0.5, "finetune": 0.9, "scratch": 0.8},
+                         {"scratch": True, "synthetic": True}),
+        0: _seed_summary({"synthetic": 0.5, "finetune": 0.7, "scratch": 0.8},
+                         {"scratch": False, "synthetic": True}),
+        2: _seed_summary({"synthetic": 0.5, "finetune": None, "scratch": 0.9},
+                         {"scratch": None, "synthetic": None}),
+    }
+    out = over_seeds(per_seed)
+    assert out["seeds"] == [0, 1, 2]
+    assert out["finetune"]["roc_auc"]["values"] == [0.7, 0.9, None]     # seed order
+    assert out["finetune"]["roc_auc"]["mean"] == pytest.approx(0.8)      # undefined left out
+    assert (out["finetune"]["roc_auc"]["min"], out["finetune"]["roc_auc"]["max"]) == (0.7, 0.9)
+    assert out["scratch"]["roc_auc"]["mean"] == pytest.approx(0.8333, abs=1e-4)
+    assert out["finetune_wins"]["vs_scratch"] == {"roc_auc": 1, "balanced_accuracy": 0}
+    assert out["finetune_wins"]["vs_synthetic"]["roc_auc"] == 2

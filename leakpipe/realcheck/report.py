@@ -158,6 +158,31 @@ def fold_figures(fold: Fold, zero: Scored, detector: Detector) -> dict[str, Any]
     return out
 
 
+def over_seeds(per_seed: dict[int, dict[str, Any]]) -> dict[str, Any]:
+    """The leak-vs-background figures of several training seeds (``few_shot`` summaries by
+    seed): per method the mean, min and max over seeds of each fold-mean figure, and on how
+    many seeds fine-tuning beat each other method. With a dozen clips per fold one seed can
+    flip a comparison; the spread says how far a single run can be trusted."""
+    out: dict[str, Any] = {"seeds": sorted(per_seed)}
+    for method in PANELS:
+        out[method] = {}
+        for name in FIGURES:
+            values = [s["new_leak_vs_background"][method][f"mean_{name}"]
+                      for _, s in sorted(per_seed.items())]
+            known = [v for v in values if v is not None]
+            out[method][name] = {"values": values,
+                                 "mean": round(float(np.mean(known)), DECIMALS) if known else None,
+                                 "min": min(known) if known else None,
+                                 "max": max(known) if known else None}
+    out["finetune_wins"] = {
+        f"vs_{other}": {name: sum(bool(s["beats"]["new_leak_vs_background"]
+                                       [f"finetune_vs_{other}"][name])
+                                  for s in per_seed.values())
+                        for name in FIGURES}
+        for other in ("scratch", SYNTHETIC)}
+    return out
+
+
 def _beats(figures: dict[str, dict[str, Any]], prefix: str) -> dict[str, dict[str, bool | None]]:
     """finetune > other on each figure (None when a figure is undefined)."""
     out = {}

@@ -7,6 +7,7 @@ removed afterwards; nothing is written into the project's data, models or metric
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import tempfile
@@ -29,8 +30,10 @@ CONFIDENCE = 0.95
 
 def sim_to_real(detector_path: Path, real_dir: Path, base: TrainConfig,
                 cfg: FewShotConfig | None, *, resamples: int = RESAMPLES,
-                confidence: float = CONFIDENCE) -> dict[str, Any]:
-    """Score ``real_dir`` with the detector; with ``cfg``, also the few-shot folds."""
+                confidence: float = CONFIDENCE, seeds: int = 1) -> dict[str, Any]:
+    """Score ``real_dir`` with the detector; with ``cfg``, also the few-shot folds, for
+    ``seeds`` training seeds from ``cfg.seed`` on (the first seed's folds in full, the spread
+    over all of them in ``few_shot_seeds``)."""
     start = time.perf_counter()
     detector = load_detector(Path(detector_path))
     device = resolve_device(base.device)
@@ -45,10 +48,15 @@ def sim_to_real(detector_path: Path, real_dir: Path, base: TrainConfig,
                                       confidence=confidence, seed=cfg.seed if cfg else 0),
     }
     if cfg is not None:
-        with tempfile.TemporaryDirectory(prefix="leakpipe-fewshot-") as work:
-            folds = leave_one_out(detector, recordings, base, cfg, Path(work), device)
-        summary["few_shot"] = {"config": _config(cfg, base),
-                               **report.few_shot(folds, zero, detector, recordings)}
+        per_seed = {}
+        for seed in range(cfg.seed, cfg.seed + max(1, seeds)):
+            run_cfg = dataclasses.replace(cfg, seed=seed)
+            with tempfile.TemporaryDirectory(prefix="leakpipe-fewshot-") as work:
+                folds = leave_one_out(detector, recordings, base, run_cfg, Path(work), device)
+            per_seed[seed] = report.few_shot(folds, zero, detector, recordings)
+        summary["few_shot"] = {"config": _config(cfg, base), **per_seed[cfg.seed]}
+        if len(per_seed) > 1:
+            summary["few_shot_seeds"] = report.over_seeds(per_seed)
     summary["seconds"] = round(time.perf_counter() - start, 1)
     return summary
 
