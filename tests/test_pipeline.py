@@ -91,8 +91,8 @@ def test_repro_builds_every_output(reproduced: tuple[Path, str]) -> None:
     report = json.loads((project / "reports" / "build.json").read_text())
     assert report["n_unusable"] == 0 and report["n_recordings"] > 0
     lock = yaml.safe_load((project / "dvc.lock").read_text())
-    assert set(lock["stages"]) == {"synth", "index", "build", "validate", "preload", "train",
-                                   "evaluate", "baselines", "tune"}
+    assert set(lock["stages"]) == {"check", "synth", "index", "build", "validate", "preload",
+                                   "train", "evaluate", "baselines", "tune"}
     for output in ("models/model.pt", "metrics/train.json", "metrics/eval.json",
                    "metrics/baselines.json", "plots/baselines/comparison.json",
                    "metrics/tune.json", "tuning/best_params.yaml", "reports/preload.json",
@@ -124,6 +124,36 @@ def test_bytecode_caches_do_not_make_stages_stale(reproduced: tuple[Path, str]) 
         for path in written:
             path.unlink()
     assert "modified" not in out and "changed deps" not in out, out
+
+
+def test_a_bad_param_stops_the_run_before_any_output_is_removed(
+        reproduced: tuple[Path, str]) -> None:
+    # DVC deletes a stage's outputs before running it; the `check` stage runs first and stops
+    # the run on a bad value, so a typo in `train` costs the user nothing.
+    project, _ = reproduced
+    params = project / "params.yaml"
+    original = params.read_text()
+    kept = ["models/model.pt", "models/detector.pt", "metrics/train.json", "metrics/eval.json",
+            "plots/train/history.csv", "reports/predictions.csv"]
+    before = {name: (project / name).read_bytes() for name in kept}
+    assert "\n  epochs: 1 " in original               # train comes before tune in params.yaml
+    params.write_text(original.replace("\n  epochs: 1 ", "\n  epochs: -1 ", 1))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DVC_", "MLFLOW_"))}
+    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
+    try:
+        out = subprocess.run([str(BIN / "dvc"), "repro"], cwd=project, env=env,
+                             capture_output=True, text=True, check=False)
+    finally:
+        params.write_text(original)
+    assert out.returncode != 0
+    assert "train.epochs: must be >= 1" in out.stdout + out.stderr
+    assert "Running stage 'train'" not in out.stdout
+    for name in kept:
+        assert (project / name).read_bytes() == before[name], name
+    # with the value fixed, only `check` runs again (its stamp has the same bytes)
+    again = _run([str(BIN / "dvc"), "repro"], project)
+    ran = [line for line in again.splitlines() if line.startswith("Running stage")]
+    assert set(ran) <= {"Running stage 'check':", "Running stage 'index':"}, ran
 
 
 def test_runs_land_in_the_project_store(reproduced: tuple[Path, str]) -> None:
