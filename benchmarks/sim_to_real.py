@@ -50,7 +50,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--figure", type=Path, default=RESULTS / "sim_to_real.png")
     parser.add_argument("--epochs", type=int, default=DEFAULTS.epochs,
                         help=f"adaptation epochs per fold and method (default {DEFAULTS.epochs})")
-    parser.add_argument("--finetune-lr", type=float, default=DEFAULTS.finetune_lr)
+    parser.add_argument("--finetune-lr", type=float, default=DEFAULTS.finetune_lr,
+                        help="learning rate of fine-tuning (default: train.learning_rate, the "
+                             "rate of training from scratch)")
     parser.add_argument("--seed", type=int, default=DEFAULTS.seed,
                         help="training seed of every fold and the bootstrap seed")
     parser.add_argument("--seeds", type=int, default=1,

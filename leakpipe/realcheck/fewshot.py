@@ -6,8 +6,11 @@ last ``val_share`` of them to val, the rest to train, so both splits hold every 
 recording and no clip is in both. Two models are trained on them with the same budget:
 
 - ``finetune``: starts from the synthetic detector's weights through ``train.init_checkpoint``
-  (a checkpoint written from the detector file, fresh optimizer), small learning rate;
-- ``scratch``: the same model config from random weights, the params' learning rate.
+  (a checkpoint written from the detector file, fresh optimizer);
+- ``scratch``: the same model config from random weights.
+
+By default both use the params' learning rate, so the initial weights are the only difference
+(``finetune_lr`` sets a separate one).
 
 Both use the params' ``train`` section with the detector's task (binary or not), voting rule
 and ``input_norm``; the threshold is the one ``fit`` chose on the val clips of the training
@@ -53,7 +56,7 @@ class FewShotConfig:
 
     epochs: int = 4
     batch_size: int = 256                # segments per step (a few recordings: ~6,000 a fold)
-    finetune_lr: float = 3e-4
+    finetune_lr: float | None = None     # None = the scratch rate: only the initial weights differ
     scratch_lr: float | None = None      # None = the params' train.learning_rate
     val_share: float = 0.25              # last share of each training recording's clips -> val
     noleak_as: str = "NORMAL"            # data class for a real non-leak class the model lacks
@@ -135,7 +138,8 @@ def write_init_checkpoint(detector: Detector, path: Path) -> Path:
 def fold_config(base: TrainConfig, detector: Detector, cfg: FewShotConfig,
                 init: Path | None) -> TrainConfig:
     """The params' train section with the few-shot budget and the detector's task and rule."""
-    lr = cfg.finetune_lr if init is not None else (cfg.scratch_lr or base.learning_rate)
+    scratch_lr = cfg.scratch_lr or base.learning_rate
+    lr = (cfg.finetune_lr or scratch_lr) if init is not None else scratch_lr
     voting = detector.voting
     return dataclasses.replace(
         base, seed=cfg.seed, epochs=cfg.epochs, batch_size=cfg.batch_size, learning_rate=lr,

@@ -63,7 +63,8 @@ def sim_to_real(detector_path: Path, real_dir: Path, base: TrainConfig,
 
 def _config(cfg: FewShotConfig, base: TrainConfig) -> dict[str, Any]:
     return {"epochs": cfg.epochs, "batch_size": cfg.batch_size,
-            "finetune_lr": cfg.finetune_lr, "scratch_lr": cfg.scratch_lr or base.learning_rate,
+            "finetune_lr": cfg.finetune_lr or cfg.scratch_lr or base.learning_rate,
+            "scratch_lr": cfg.scratch_lr or base.learning_rate,
             "val_share": cfg.val_share, "noleak_as": cfg.noleak_as, "seed": cfg.seed,
             "protocol": ("leave one recording out; the other recordings' clips split by time "
                          f"(last {cfg.val_share:g} of each recording's clips = val); fit() "
