@@ -104,3 +104,29 @@ def test_ui_lists_the_runs_of_a_pipeline(tmp_path: Path, monkeypatch: pytest.Mon
     tags = {t["key"]: t["value"] for t in listed[run_ids["evaluate"]]["data"]["tags"]}
     assert tags[tracking.TAG_STAGE] == "evaluate"
     assert server.returncode is not None
+
+
+def _port_open(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(1.0)
+        return sock.connect_ex((HOST, port)) == 0
+
+
+def test_sigterm_stops_the_server_and_its_workers(tmp_path: Path) -> None:
+    uri = copied_store(tmp_path / "mlruns")
+    port = _free_port()
+    env = {**os.environ, "MLFLOW_TRACKING_URI": uri, "DVC_ROOT": str(tmp_path)}
+    ui = subprocess.Popen([sys.executable, "-m", "leakpipe.cli", "ui", "--port", str(port)],
+                          cwd=tmp_path, env=env, start_new_session=True,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait_for(f"http://{HOST}:{port}/api/2.0/mlflow/experiments/search",
+                  {"max_results": 1}, ui)
+        os.kill(ui.pid, signal.SIGTERM)          # the command only, as `kill PID` does
+        assert ui.wait(STOP_S + 5.0) == 128 + signal.SIGTERM
+        deadline = time.monotonic() + STOP_S
+        while _port_open(port) and time.monotonic() < deadline:
+            time.sleep(POLL_S)
+        assert not _port_open(port), "the MLflow server still serves after `leakpipe ui` ended"
+    finally:
+        _stop(ui)
