@@ -153,3 +153,12 @@ def test_a_missing_dep_is_reported() -> None:
     assert uncovered(required, deps) == []
     without = [dep for dep in deps if dep != "leakpipe/train"]
     assert "leakpipe/train/stage.py" in uncovered(required, without)
+
+
+def test_only_quality_figures_are_dvc_metrics() -> None:
+    # `dvc metrics show` / `dvc exp show` print every key of every metrics file as a column;
+    # reports (paths, hashes, per-check results) declared as metrics made both unreadable.
+    stages = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]
+    declared = [next(iter(entry)) if isinstance(entry, dict) else entry
+                for stage in stages.values() for entry in stage.get("metrics", [])]
+    assert declared and all(path.startswith("metrics/") for path in declared), declared
