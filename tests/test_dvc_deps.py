@@ -162,3 +162,17 @@ def test_only_quality_figures_are_dvc_metrics() -> None:
     declared = [next(iter(entry)) if isinstance(entry, dict) else entry
                 for stage in stages.values() for entry in stage.get("metrics", [])]
     assert declared and all(path.startswith("metrics/") for path in declared), declared
+
+
+def test_tune_depends_on_every_train_key_its_trials_use() -> None:
+    # Trials take epochs and compile from `tune`; every other `train` key changes what a trial
+    # measures, so tune lists exactly those (a new train key must be added to dvc.yaml).
+    import dataclasses
+
+    from leakpipe.config import TrainConfig
+    from leakpipe.tune.names import TRIAL_OVERRIDES
+
+    params = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]["tune"]["params"]
+    listed = {p.removeprefix("train.") for p in params if p.startswith("train.")}
+    used = {f.name for f in dataclasses.fields(TrainConfig)} - set(TRIAL_OVERRIDES)
+    assert "train" not in params and listed == used, sorted(listed ^ used)

@@ -187,5 +187,10 @@ def test_study_name_ignores_the_budget_but_not_the_space(tmp_path: Path) -> None
     assert study_name(dataclasses.replace(cfg, n_trials=50, workers=4), model, train,
                       [data]) == name
     assert study_name(dataclasses.replace(cfg, epochs=3), model, train, [data]) != name
+    # trials take epochs / compile from `tune`: the final training's values do not matter
+    longer = dataclasses.replace(train, epochs=train.epochs + 5, compile=not train.compile)
+    assert study_name(cfg, model, longer, [data]) == name
+    assert study_name(cfg, model, dataclasses.replace(train, seed=train.seed + 1),
+                      [data]) != name
     data.write_bytes(b"abd")
     assert study_name(cfg, model, train, [data]) != name

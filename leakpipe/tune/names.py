@@ -25,3 +25,8 @@ VALUE_METRIC = "tune/value"
 # Objectives and the direction each is optimised in when tune.direction is auto.
 OBJECTIVE_DIRECTIONS = {"val/file_f1": "maximize", "val/seg_f1": "maximize",
                         "val/loss": "minimize"}
+
+# `train` keys every trial takes from `tune` instead (tune.epochs, tune.compile): the study name
+# and the tune stage do not depend on their `train` values (dvc.yaml lists tune's train keys
+# without them; tests/test_dvc_deps.py keeps that list complete).
+TRIAL_OVERRIDES = ("epochs", "compile")

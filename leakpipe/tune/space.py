@@ -20,6 +20,7 @@ import optuna
 
 from leakpipe.config import ModelConfig, ParamSpec, TrainConfig, TuneConfig, from_mapping
 from leakpipe.errors import ConfigError
+from leakpipe.tune.names import TRIAL_OVERRIDES
 
 SECTION_TYPES: dict[str, type] = {"model": ModelConfig, "train": TrainConfig}
 # "section.key" -> (the "section.key" it depends on, the value that makes it matter)
@@ -122,8 +123,8 @@ def make_variant(model: ModelConfig, train: TrainConfig, cfg: TuneConfig,
     base = base_values(model, train)
     values = effective_values(chosen, cfg, base)
     sections = Variant(model, train, values).by_section()
-    trial_train = dataclasses.replace(train, epochs=cfg.epochs, compile=cfg.compile,
-                                      **sections.get("train", {}))
+    overrides = {key: getattr(cfg, key) for key in TRIAL_OVERRIDES}
+    trial_train = dataclasses.replace(train, **overrides, **sections.get("train", {}))
     trial_model = dataclasses.replace(model, **sections.get("model", {}))
     checked = {name: from_mapping(SECTION_TYPES[name], dataclasses.asdict(c), name, source)
                for name, c in (("model", trial_model), ("train", trial_train))}

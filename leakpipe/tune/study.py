@@ -6,7 +6,8 @@ no server and is safe for several processes on one host; an RDB URL (PostgreSQL 
 workers on many machines and gets Optuna's heartbeats (a trial whose worker stops beating for
 ``tune.grace_s`` is failed and re-queued up to ``tune.max_retry`` times).
 
-Name: ``<tune.study_name>-<hash>``, the hash over the `model`, `train` and `tune` params (not the
+Name: ``<tune.study_name>-<hash>``, the hash over the `model`, `train` (but the keys trials take
+from `tune`: ``TRIAL_OVERRIDES``) and `tune` params (not the
 budget or the storage) and the train / val files. Re-running with a larger budget resumes the
 study; changing the space, the trial epochs or the data starts a new one in the same storage.
 """
@@ -36,7 +37,7 @@ from optuna.storages.journal import JournalFileBackend
 from leakpipe.config import ModelConfig, TrainConfig, TuneConfig
 from leakpipe.errors import LeakpipeError
 from leakpipe.paths import repo_root
-from leakpipe.tune.names import OBJECTIVE_DIRECTIONS
+from leakpipe.tune.names import OBJECTIVE_DIRECTIONS, TRIAL_OVERRIDES
 
 log = logging.getLogger(__name__)
 
@@ -132,7 +133,8 @@ def study_name(cfg: TuneConfig, model: ModelConfig, train: TrainConfig,
                data: Sequence[Path]) -> str:
     """``<study_name>-<hash of what the trials measure>``."""
     tune = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in BUDGET_KEYS}
-    identity = {"model": dataclasses.asdict(model), "train": dataclasses.asdict(train),
+    trial_train = {k: v for k, v in dataclasses.asdict(train).items() if k not in TRIAL_OVERRIDES}
+    identity = {"model": dataclasses.asdict(model), "train": trial_train,
                 "tune": tune, "data": [file_digest(p) for p in data]}
     digest = hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode())
     return f"{cfg.study_name}-{digest.hexdigest()[:HASH_CHARS]}"
