@@ -16,9 +16,11 @@ from sklearn.metrics import (
 
 from leakpipe.evaluate.bootstrap import (
     bootstrap_intervals,
+    rate_intervals,
     recording_weights,
     weighted_counts,
     weighted_ranking,
+    wilson_interval,
 )
 from leakpipe.evaluate.report import binary_figures, class_metrics, ranking_metrics
 
@@ -111,6 +113,34 @@ def test_bootstrap_resamples_recordings_not_clips() -> None:
     for name, interval in single.items():
         assert double[name].low == pytest.approx(interval.low), name
         assert double[name].high == pytest.approx(interval.high), name
+
+
+@pytest.mark.parametrize(("k", "n", "low", "high"), [
+    (0, 10, 0.0, 0.27753),       # Wilson (1927): z^2 / (n + z^2) at 95 %
+    (5, 10, 0.23659, 0.76341),
+    (10, 10, 0.72247, 1.0),
+])
+def test_wilson_interval_known_values(k: int, n: int, low: float, high: float) -> None:
+    interval = wilson_interval(k, n, 0.95)
+    assert (interval.low, interval.high) == (pytest.approx(low, abs=1e-5),
+                                             pytest.approx(high, abs=1e-5))
+
+
+def test_a_perfect_rate_keeps_an_interval_over_its_recordings() -> None:
+    # 48 negative clips of 24 recordings, no false positive: the bootstrap can only draw 1.0,
+    # the Wilson interval over 24 recordings cannot claim it
+    truth = np.array([0] * 48 + [1] * 48)
+    pred = np.array([0] * 48 + [1] * 40 + [0] * 8)
+    ids = np.repeat(np.arange(48), 2).astype(str)
+    scores = pred.astype(float)
+    got = bootstrap_intervals(truth, pred, scores, ids, resamples=200, confidence=0.95, seed=0)
+    assert got["specificity"].high == 1.0
+    assert got["specificity"].low == pytest.approx(24 / (24 + 1.959964 ** 2), abs=1e-4)
+    assert got["precision"].low < 1.0 and got["recall"].low < 40 / 48 < got["recall"].high
+    assert got["f1"] == bootstrap_intervals(truth, pred, scores, ids, resamples=200,
+                                            confidence=0.95, seed=0)["f1"]   # still bootstrap
+    assert rate_intervals(truth, np.zeros(96), ids, 0.95).keys() == {
+        "accuracy", "recall", "specificity"}            # no LEAK decision: precision undefined
 
 
 def test_no_resamples_means_no_intervals() -> None:

@@ -7,17 +7,26 @@ matrix (B, F): confusion counts are one matrix product, ROC-AUC and average prec
 under the precision-recall curve, as scikit-learn computes it) one sort of the fixed scores plus
 cumulative sums per resample. Intervals are percentile intervals; a figure that is undefined in
 a resample (no leak drawn) is left out of its percentiles.
+
+Rates (accuracy, precision, recall, specificity) get Wilson score intervals instead: a
+percentile bootstrap of a rate at 0 or 1 (no false positive among the negatives) collapses to a
+point, which claims certainty that 48 negatives cannot give. The Wilson interval counts each
+recording of the rate's denominator once (the observed rate, over the distinct recordings its
+clips come from): clips of one recording are not independent, and counting recordings is the
+cautious end of that dependence.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from statistics import NormalDist
 
 import numpy as np
 
 from leakpipe.evaluate.metrics import METRIC_NAMES, BinaryMetrics
 
 RANKING_NAMES = ("roc_auc", "pr_auc")
+RATE_NAMES = ("accuracy", "precision", "recall", "specificity")   # Wilson intervals
 RESAMPLES_PER_PASS = 256   # weight rows held at once: bounds memory to 256 x files floats
 
 
@@ -104,6 +113,34 @@ def bootstrap_intervals(truth: np.ndarray, decision: np.ndarray, scores: np.ndar
         if values.size:
             low, high = np.percentile(values, [tail, 100.0 - tail])
             out[name] = Interval(float(low), float(high))
+    out.update(rate_intervals(truth, decision, recording_ids, confidence))
+    return out
+
+
+def wilson_interval(successes: float, trials: float, confidence: float) -> Interval:
+    """Wilson score interval of a proportion ``successes / trials`` (``trials`` > 0)."""
+    z = NormalDist().inv_cdf(0.5 + confidence / 2.0)
+    p = successes / trials
+    centre = (p + z * z / (2 * trials)) / (1 + z * z / trials)
+    half = z / (1 + z * z / trials) * np.sqrt(p * (1 - p) / trials + z * z / (4 * trials ** 2))
+    return Interval(float(max(0.0, centre - half)), float(min(1.0, centre + half)))
+
+
+def rate_intervals(truth: np.ndarray, decision: np.ndarray, recording_ids: np.ndarray,
+                   confidence: float) -> dict[str, Interval]:
+    """Wilson intervals of the file-level rates, each over the distinct recordings of its
+    denominator (a rate with an empty denominator gets none)."""
+    truth, decision = np.asarray(truth, dtype=bool), np.asarray(decision, dtype=bool)
+    recording_ids = np.asarray(recording_ids)
+    right = truth == decision
+    within = {"accuracy": np.ones_like(truth), "precision": decision, "recall": truth,
+              "specificity": ~truth}
+    out = {}
+    for name in RATE_NAMES:
+        rows = within[name]
+        if rows.any():
+            recordings = len(np.unique(recording_ids[rows]))
+            out[name] = wilson_interval(right[rows].mean() * recordings, recordings, confidence)
     return out
 
 
