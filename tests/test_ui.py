@@ -52,6 +52,14 @@ def _wait_for(url: str, body: dict, server: subprocess.Popen) -> dict:
     pytest.fail(f"the UI server did not answer within {STARTUP_S:.0f} s")
 
 
+def _start_ui(root: Path, uri: str, port: int) -> subprocess.Popen:
+    """`leakpipe ui` on ``uri`` in a session of its own (so a test can end what it started)."""
+    env = {**os.environ, "MLFLOW_TRACKING_URI": uri, "DVC_ROOT": str(root)}
+    return subprocess.Popen([sys.executable, "-m", "leakpipe.cli", "ui", "--port", str(port)],
+                            cwd=root, env=env, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
 def _stop(server: subprocess.Popen) -> None:
     """End the server and its workers: the process group this test started."""
     if server.poll() is None:
@@ -87,10 +95,7 @@ def test_ui_lists_the_runs_of_a_pipeline(tmp_path: Path, monkeypatch: pytest.Mon
             run.log_metrics({f"{stage}/seconds": 1.0})
         run_ids[stage] = run.run_id
     port = _free_port()
-    env = {**os.environ, "MLFLOW_TRACKING_URI": uri, "DVC_ROOT": str(tmp_path)}
-    server = subprocess.Popen([sys.executable, "-m", "leakpipe.cli", "ui", "--port", str(port)],
-                              cwd=tmp_path, env=env, start_new_session=True,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = _start_ui(tmp_path, uri, port)
     try:
         base = f"http://{HOST}:{port}/api/2.0/mlflow"
         found = _wait_for(f"{base}/experiments/search", {"max_results": 10}, server)
@@ -115,10 +120,7 @@ def _port_open(port: int) -> bool:
 def test_sigterm_stops_the_server_and_its_workers(tmp_path: Path) -> None:
     uri = copied_store(tmp_path / "mlruns")
     port = _free_port()
-    env = {**os.environ, "MLFLOW_TRACKING_URI": uri, "DVC_ROOT": str(tmp_path)}
-    ui = subprocess.Popen([sys.executable, "-m", "leakpipe.cli", "ui", "--port", str(port)],
-                          cwd=tmp_path, env=env, start_new_session=True,
-                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    ui = _start_ui(tmp_path, uri, port)
     try:
         _wait_for(f"http://{HOST}:{port}/api/2.0/mlflow/experiments/search",
                   {"max_results": 1}, ui)
