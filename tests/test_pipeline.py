@@ -32,10 +32,15 @@ TINY = {
 }
 
 
-def _run(cmd: list[str], cwd: Path) -> str:
+def _run_any(cmd: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    """``cmd`` with the venv first on PATH and no DVC / MLflow variables of the outer run."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DVC_", "MLFLOW_"))}
     env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
-    out = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, check=False)
+    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, check=False)
+
+
+def _run(cmd: list[str], cwd: Path) -> str:
+    out = _run_any(cmd, cwd)
     assert out.returncode == 0, f"{' '.join(cmd)} failed:\n{out.stdout}\n{out.stderr}"
     return out.stdout + out.stderr
 
@@ -138,11 +143,8 @@ def test_a_bad_param_stops_the_run_before_any_output_is_removed(
     before = {name: (project / name).read_bytes() for name in kept}
     assert "\n  epochs: 1 " in original               # train comes before tune in params.yaml
     params.write_text(original.replace("\n  epochs: 1 ", "\n  epochs: -1 ", 1))
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("DVC_", "MLFLOW_"))}
-    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
     try:
-        out = subprocess.run([str(BIN / "dvc"), "repro"], cwd=project, env=env,
-                             capture_output=True, text=True, check=False)
+        out = _run_any([str(BIN / "dvc"), "repro"], project)
     finally:
         params.write_text(original)
     assert out.returncode != 0

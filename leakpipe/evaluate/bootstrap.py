@@ -83,11 +83,9 @@ def weighted_ranking(scores: np.ndarray, truth: np.ndarray,
 def _resample_figures(truth: np.ndarray, decision: np.ndarray, scores: np.ndarray,
                       weights: np.ndarray) -> dict[str, np.ndarray]:
     counts = weighted_counts(truth, decision, weights)
-    figures = {name: getattr(counts, name) for name in METRIC_NAMES}  # (B,) each
-    # a rate whose denominator is empty in a resample is undefined there, not 0
-    figures["precision"] = _divide(counts.tp, counts.tp + counts.fp)
-    figures["recall"] = _divide(counts.tp, counts.tp + counts.fn)
-    figures["specificity"] = _divide(counts.tn, counts.tn + counts.fp)
+    # rates get Wilson intervals (rate_intervals), not percentiles of resamples
+    figures = {name: getattr(counts, name) for name in METRIC_NAMES
+               if name not in RATE_NAMES}                                # (B,) each
     figures["roc_auc"], figures["pr_auc"] = weighted_ranking(scores, truth, weights)
     return figures
 
@@ -95,7 +93,8 @@ def _resample_figures(truth: np.ndarray, decision: np.ndarray, scores: np.ndarra
 def bootstrap_intervals(truth: np.ndarray, decision: np.ndarray, scores: np.ndarray,
                         recording_ids: np.ndarray, *, resamples: int, confidence: float,
                         seed: int) -> dict[str, Interval]:
-    """Percentile intervals of every file-level figure over ``resamples`` recording draws."""
+    """Percentile intervals of every file-level figure over ``resamples`` recording draws
+    (Wilson intervals for the rates)."""
     if resamples < 1 or len(truth) == 0:
         return {}
     rng = np.random.default_rng(seed)
@@ -105,16 +104,20 @@ def bootstrap_intervals(truth: np.ndarray, decision: np.ndarray, scores: np.ndar
                                     rng)
         for name, values in _resample_figures(truth, decision, scores, weights).items():
             parts.setdefault(name, []).append(values)
-    tail = 100.0 * (1.0 - confidence) / 2.0
-    out = {}
-    for name, chunks in parts.items():
-        values = np.concatenate(chunks)
-        values = values[np.isfinite(values)]
-        if values.size:
-            low, high = np.percentile(values, [tail, 100.0 - tail])
-            out[name] = Interval(float(low), float(high))
+    out = {name: interval for name, chunks in parts.items()
+           if (interval := percentile_interval(np.concatenate(chunks), confidence)) is not None}
     out.update(rate_intervals(truth, decision, recording_ids, confidence))
     return out
+
+
+def percentile_interval(values: np.ndarray, confidence: float) -> Interval | None:
+    """Two-sided percentile interval of the finite ``values``; None when there are none."""
+    values = values[np.isfinite(values)]
+    if not values.size:
+        return None
+    tail = 100.0 * (1.0 - confidence) / 2.0
+    low, high = np.percentile(values, [tail, 100.0 - tail])
+    return Interval(float(low), float(high))
 
 
 def wilson_interval(successes: float, trials: float, confidence: float) -> Interval:
@@ -167,10 +170,4 @@ def paired_f1_difference(truth: np.ndarray, decision_a: np.ndarray, decision_b: 
                                     rng)
         diffs.append(f1_from_counts(weighted_counts(truth, decision_a, weights))
                      - f1_from_counts(weighted_counts(truth, decision_b, weights)))
-    values = np.concatenate(diffs)
-    values = values[np.isfinite(values)]
-    if not values.size:
-        return None
-    tail = 100.0 * (1.0 - confidence) / 2.0
-    low, high = np.percentile(values, [tail, 100.0 - tail])
-    return Interval(float(low), float(high))
+    return percentile_interval(np.concatenate(diffs), confidence)

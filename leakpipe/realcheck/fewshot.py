@@ -181,22 +181,28 @@ def leave_one_out(detector: Detector, recordings: list[RealRecording], base: Tra
         folder = work_dir / f"fold{k}"
         paths = write_fold(others, detector, label_of, cfg.val_share, folder)
         both = len({r.is_leak for r in others}) == 2
+        # a held-out leak is also scored against the unseen val clips of the no-leak recordings
+        background = val_parts(others, cfg.val_share, leak=False) if held.is_leak and both \
+            else None
         methods = {}
         for method in METHODS:
             train_cfg = fold_config(base, detector, cfg, init if method == "finetune" else None)
             adapted, info = train_detector(detector, paths, train_cfg, folder / method, device)
             scored = score_recordings(adapted, [held], device)
-            background = (score_recordings(adapted, val_parts(others, cfg.val_share, leak=False),
-                                           device).table if held.is_leak and both else None)
-            methods[method] = MethodResult(scored.table, adapted.threshold, background, info)
+            methods[method] = MethodResult(scored.table, adapted.threshold,
+                                           _scored(adapted, background, device), info)
             log.info("fold %d/%d (held out %s, %s) %s: mean leak prob %.3f, threshold %.2f",
                      k + 1, len(recordings), held.recording_id, held.label, method,
                      scored.table.scores.mean(), adapted.threshold)
-        background = (score_recordings(detector, val_parts(others, cfg.val_share, leak=False),
-                                       device).table if held.is_leak and both else None)
         folds.append(Fold(held.recording_id, held.label,
-                          tuple(r.recording_id for r in others), both, methods, background))
+                          tuple(r.recording_id for r in others), both, methods,
+                          _scored(detector, background, device)))
     return folds
+
+
+def _scored(detector: Detector, recordings: list[RealRecording] | None,
+            device: torch.device) -> ClipTable | None:
+    return None if recordings is None else score_recordings(detector, recordings, device).table
 
 
 def _finite(value: float) -> float | None:
