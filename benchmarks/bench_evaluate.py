@@ -8,9 +8,10 @@ segments); the original ran the LeakCNN module itself:
 
 1. ceiling: the inference form's forward pass alone on batches of whole files already in place
    (float32, on the device), as many and as large as leakpipe's: the compute bound;
-2. leakpipe: ``leakpipe.evaluate.forward.score_split`` with the inference form over
-   ``FileOrderBatches`` sized by the memory budget (``batch_segments``), then every threshold of
-   the evaluate grid decided by the rule in one pass (``file_decisions``); the split resident in
+2. leakpipe: ``leakpipe.scoring.score.score_batches`` with the inference form, called as the
+   evaluate stage calls it (``leakpipe.evaluate.run``), over ``FileOrderBatches`` sized by the
+   memory budget (``leakpipe.scoring.batching.batch_segments``), then every threshold of the
+   `decision` grid decided by the rule in one pass (``file_decisions``); the split resident in
    RAM (``ram``, loaded before the clock starts, load time reported) and streamed from HDF5
    (``stream``, reads included);
 3. per-file loop (the original): per file one h5py read, one forward pass of the LeakCNN module,
@@ -19,7 +20,8 @@ segments); the original ran the LeakCNN module itself:
    of the gain is batching and how much the inference form.
 
 The process keeps freed host memory for reuse as the evaluate command does
-(``leakpipe.allocator``); every mode runs under the same setting.
+(``leakpipe.allocator``); every mode runs under the same setting, and under the same runtime
+(``leakpipe.runtime``: params.yaml's `runtime` device / amp / channels_last).
 
 Modes are interleaved in rounds; ratios of the median and of the best round are reported (the
 machine may be shared: interference only adds time).
@@ -49,17 +51,18 @@ import torch
 from torch import nn
 
 from leakpipe.allocator import retain_freed_memory
-from leakpipe.config import EvaluateConfig, FeatureConfig, ModelConfig, load_section
+from leakpipe.config import DecisionConfig, EvaluateConfig, FeatureConfig, ModelConfig, load_section
 from leakpipe.constants import H5_MEL, KNOWN_CLASSES
 from leakpipe.data.file_order import FileOrderBatches
 from leakpipe.data.schema import leak_index
 from leakpipe.data.split_info import load_resident, read_split_info
 from leakpipe.data.writer import SplitWriter
-from leakpipe.evaluate.forward import batch_segments, resolve_device, score_split, segment_cap
-from leakpipe.evaluate.voting import file_decisions, segment_leak_prob, threshold_grid
+from leakpipe.decision.voting import file_decisions, segment_leak_prob, threshold_grid
 from leakpipe.inference import inference_form
 from leakpipe.model import create_model
-from leakpipe.train.loop import Precision, resolve_precision
+from leakpipe.runtime import Runtime, make_runtime
+from leakpipe.scoring.batching import BatchLimits, batch_segments
+from leakpipe.scoring.score import score_batches
 
 log = logging.getLogger(__name__)
 
@@ -87,21 +90,22 @@ def sync(device: torch.device) -> None:
 
 
 class Bench:
-    """Everything the three modes share: model, split, grid, precision, batch size."""
+    """Everything the modes share: model, split, grid, runtime, batch size."""
 
-    def __init__(self, path: Path, model_cfg: ModelConfig, cfg: EvaluateConfig) -> None:
-        self.path, self.cfg = path, cfg
-        self.device = resolve_device(cfg.device)
-        self.precision: Precision = resolve_precision(cfg.amp, self.device)
+    def __init__(self, path: Path, model_cfg: ModelConfig, cfg: EvaluateConfig,
+                 decision: DecisionConfig, runtime: Runtime) -> None:
+        self.path, self.cfg, self.decision, self.runtime = path, cfg, decision, runtime
+        self.device = runtime.device
         self.info = read_split_info(path, binary=False)
         self.leak = leak_index(self.info.classes)
         self.model: nn.Module = create_model(model_cfg, len(self.info.classes)).to(self.device)
         self.model.eval()
         self.fast = inference_form(self.model, self.info.mel_shape[-1])   # what leakpipe runs
-        self.grid = threshold_grid(cfg.threshold_min, cfg.threshold_max, cfg.threshold_step)
-        cap = segment_cap(cfg.max_batch_segments, cfg.cpu_max_batch_segments, self.device)
-        self.segments = batch_segments(model_cfg, self.info.mel_shape, self.device, MEMORY, cap)
-        self.channels_last = self.device.type == "cuda"
+        self.grid = threshold_grid(decision.threshold_min, decision.threshold_max,
+                                   decision.threshold_step)
+        limits = BatchLimits(max_segments=cfg.max_batch_segments,
+                             cpu_max_segments=cfg.cpu_max_batch_segments, **MEMORY)
+        self.segments = batch_segments(model_cfg, self.info.mel_shape, self.device, limits)
         start = time.perf_counter()
         self.resident = load_resident(path, "ram", self.device, binary=False)
         self.load_seconds = time.perf_counter() - start
@@ -110,12 +114,10 @@ class Bench:
         batches = FileOrderBatches(self.resident, self.segments, device=self.device)
         a, b = batches.ranges()[0]
         spf = self.info.segments_per_file
-        x = self.resident.segments[a * spf:b * spf].to(self.device).float()   # (B, 1, M, T)
-        if self.channels_last:
-            x = x.contiguous(memory_format=torch.channels_last)
+        x = self.runtime.to_device(self.resident.segments[a * spf:b * spf])   # (B, 1, M, T)
         sync(self.device)
         start = time.perf_counter()
-        with torch.inference_mode(), self.precision.autocast():
+        with torch.inference_mode(), self.runtime.autocast():
             for first, end in batches.ranges():                 # the same batch sizes
                 self.fast(x[:(end - first) * spf])
         sync(self.device)
@@ -125,9 +127,13 @@ class Bench:
         source = self.resident if placement == "ram" else self.info
         start = time.perf_counter()
         batches = FileOrderBatches(source, self.segments, device=self.device)
-        scores = score_split(self.fast, batches, self.cfg.prob_mode, self.precision,
-                             channels_last=self.channels_last)
-        file_decisions(scores.seg_probs, self.grid, self.cfg.rule, self.cfg.vote_fraction)
+        info = batches.info
+        scores = score_batches(self.fast, batches, segments=tuple(info.segment_shape[:2]),
+                               leak_index=info.leak_label, prob_mode=self.decision.prob_mode,
+                               runtime=self.runtime, progress=False, desc="evaluate test",
+                               total=len(batches))
+        file_decisions(scores.seg_probs, self.grid, self.decision.rule,
+                       self.decision.vote_fraction)
         return time.perf_counter() - start
 
     def per_file(self, model: nn.Module) -> float:
@@ -139,11 +145,13 @@ class Bench:
             for i in range(self.info.n_files):
                 x = torch.from_numpy(mel[i]).reshape(-1, 1, n_mels, n_frames)
                 x = x.to(self.device).float()                           # (L * S, 1, M, T)
-                with self.precision.autocast():
+                with self.runtime.autocast():
                     logits, leak_logit = model(x)
-                probs = segment_leak_prob(logits, leak_logit, self.leak, self.cfg.prob_mode)
+                probs = segment_leak_prob(logits, leak_logit, self.leak,
+                                          self.decision.prob_mode)
                 probs = probs.cpu().numpy().reshape(1, n_long, n_short)
-                file_decisions(probs, self.grid, self.cfg.rule, self.cfg.vote_fraction)
+                file_decisions(probs, self.grid, self.decision.rule,
+                               self.decision.vote_fraction)
         return time.perf_counter() - start
 
 
@@ -191,7 +199,7 @@ def main() -> None:
     parser.add_argument("--cap", type=int, default=None,
                         help="evaluate.(cpu_)max_batch_segments (default: params.yaml)")
     parser.add_argument("--amp", choices=("auto", "off", "fp16", "bf16"), default=None,
-                        help="evaluate.amp for every mode (default: params.yaml)")
+                        help="runtime.amp for every mode (default: params.yaml)")
     args = parser.parse_args()
     retained = retain_freed_memory()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
@@ -204,9 +212,10 @@ def main() -> None:
         if args.cap is not None:
             cfg = dataclasses.replace(cfg, max_batch_segments=args.cap,
                                       cpu_max_batch_segments=args.cap)
-        if args.amp is not None:
-            cfg = dataclasses.replace(cfg, amp=args.amp)
-        bench = Bench(path, load_section(params, "model"), cfg)
+        rt = load_section(params, "runtime")
+        runtime = make_runtime(rt.device, args.amp or rt.amp, rt.channels_last)
+        bench = Bench(path, load_section(params, "model"), cfg,
+                      load_section(params, "decision"), runtime)
         result = describe(bench, args.files)
         result["machine"]["freed_memory_retained"] = retained
         times = rounds({"ceiling": bench.ceiling, "leakpipe_ram": lambda: bench.leakpipe("ram"),

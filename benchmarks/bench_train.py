@@ -2,7 +2,8 @@
 
 One invocation, one synthetic split (``bench_train_input.write_split``), the params.yaml model,
 loss, optimizer and batch size, and the stage's own step loop (``leakpipe.train.loop.
-train_one_epoch``, timed by the stage's own profiler ``leakpipe.monitor.steps.StepProfiler``).
+train_one_epoch``, timed by the stage's own profiler ``leakpipe.monitor.steps.StepProfiler``),
+on the CPU under params.yaml's `runtime` amp / channels_last (``leakpipe.runtime``).
 Four batch feeds, interleaved in rounds so that machine noise hits them alike:
 
 * ``ceiling``: one batch already in place, stepped on again and again (the compute ceiling);
@@ -57,6 +58,7 @@ from leakpipe.data.split_info import load_resident, read_split_info  # noqa: E40
 from leakpipe.data.stream_source import StreamSource  # noqa: E402
 from leakpipe.model import create_model  # noqa: E402
 from leakpipe.monitor.steps import StepProfiler, profile_steps  # noqa: E402
+from leakpipe.runtime import Runtime, make_runtime  # noqa: E402
 from leakpipe.train.fit import configure_torch  # noqa: E402
 from leakpipe.train.loop import Batch, train_one_epoch  # noqa: E402
 from leakpipe.train.losses import LossConfig, build_loss  # noqa: E402
@@ -79,21 +81,22 @@ def with_file_index(loader: Iterable[tuple[torch.Tensor, torch.Tensor]]) -> Iter
 class Trainer:
     """The stage's model, loss, optimizer and step loop, for any batch feed."""
 
-    def __init__(self, cfg: TrainConfig, n_classes: int, leak: int, counts: list[int]) -> None:
-        self.setup = configure_torch(cfg, torch.device("cpu"))
+    def __init__(self, cfg: TrainConfig, runtime: Runtime, n_classes: int, leak: int,
+                 counts: list[int]) -> None:
+        self.runtime = runtime
+        configure_torch(cfg, runtime)
         model_cfg = load_section(REPO / "params.yaml", "model")
-        self.model = create_model(model_cfg, n_classes).to(self.setup.device)
-        self.loss = build_loss(LossConfig.from_train(cfg), counts, leak, self.setup.device)
-        self.optim = create_optimization(self.model, cfg, self.setup.device, 10_000,
-                                         scaler_enabled=self.setup.precision.scaler)
+        self.model = runtime.place(create_model(model_cfg, n_classes))
+        self.loss = build_loss(LossConfig.from_train(cfg), counts, leak, runtime.device)
+        self.optim = create_optimization(self.model, cfg, runtime.device, 10_000,
+                                         scaler_enabled=runtime.scaler)
 
     def steps(self, batches: Iterable[Batch], n: int, profiler: StepProfiler | None) -> None:
         """``n`` optimizer steps through ``train_one_epoch``, profiled when asked."""
         feed: Iterable[Batch] = itertools.islice(batches, n)
         if profiler is not None:
             feed = profiler.wrap(0, feed)
-        train_one_epoch(self.model, feed, self.loss, self.optim, self.setup.precision,
-                        device=self.setup.device)
+        train_one_epoch(self.model, feed, self.loss, self.optim, self.runtime)
 
 
 def feeds(path: Path, cfg: TrainConfig, buffer_chunks: int) -> tuple[dict[str, Any], list]:
@@ -179,6 +182,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     cfg = load_section(REPO / "params.yaml", "train")
     features = load_section(REPO / "params.yaml", "build").features
     monitor = load_section(REPO / "params.yaml", "monitor")
+    rt = load_section(REPO / "params.yaml", "runtime")
+    runtime = make_runtime("cpu", rt.amp, rt.channels_last)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "train.h5"
         write_split(path, features, args.files)
@@ -186,7 +191,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         made, streams = feeds(path, cfg, args.buffer_chunks)
         info = made["data"].info
         counts = [int((info.file_labels == c).sum()) for c in range(len(info.classes))]
-        trainer = Trainer(cfg, len(info.classes), info.leak_label, counts)
+        trainer = Trainer(cfg, runtime, len(info.classes), info.leak_label, counts)
         try:
             result["training"] = measure(trainer, made["iterators"], args.rounds, args.steps,
                                          monitor.spike_factor)
@@ -200,7 +205,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                           "untimed_steps": WARMUP_STEPS + ORIGINAL_WORKERS * ORIGINAL_PREFETCH}
     result["loop"] = {"rounds": args.rounds, "steps_per_round": args.steps,
                       "warmup_steps": WARMUP_STEPS, "spike_factor": monitor.spike_factor,
-                      "amp": cfg.amp, "grad_accum_steps": cfg.grad_accum_steps}
+                      "amp": rt.amp, "grad_accum_steps": cfg.grad_accum_steps}
     result["machine"]["load_avg_1min_at_end"] = os.getloadavg()[0]
     ratios(result)
     return result

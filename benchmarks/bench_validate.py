@@ -40,6 +40,7 @@ MIB = 2**20
 TARGET_RATIO = 0.6
 SPLIT_SHARES = {"train": 0.7, "val": 0.2, "test": 0.1}
 CLIPS_PER_RECORDING = 2
+MIN_RECORDINGS = 2   # recordings per class in every split (validate.min_recordings_per_class)
 TINY_FILES = 40
 
 
@@ -50,11 +51,12 @@ def default_features() -> FeatureConfig:
 def write_set(root: Path, total_mib: float, features: FeatureConfig, seed: int = 0) -> dict:
     """Valid splits of about ``total_mib`` MiB of float16 mel, balanced classes."""
     row_bytes = int(np.prod(features.segment_shape)) * 2
-    files = max(len(KNOWN_CLASSES) * CLIPS_PER_RECORDING * 3, int(total_mib * MIB) // row_bytes)
+    smallest = len(KNOWN_CLASSES) * CLIPS_PER_RECORDING * MIN_RECORDINGS   # files per split
+    files = max(smallest * 3, int(total_mib * MIB) // row_bytes)
     rng = np.random.default_rng(seed)
     paths = {}
     for split in SPLITS:
-        n = max(len(KNOWN_CLASSES) * CLIPS_PER_RECORDING, int(files * SPLIT_SHARES[split]))
+        n = max(smallest, int(files * SPLIT_SHARES[split]))
         paths[split] = root / f"{split}.h5"
         with SplitWriter(paths[split], split, features, KNOWN_CLASSES) as writer:
             for rec in range(n // CLIPS_PER_RECORDING):

@@ -80,6 +80,8 @@ def main(argv: list[str] | None = None) -> int:
     cfg = None if args.no_few_shot else dataclasses.replace(
         DEFAULTS, epochs=args.epochs, finetune_lr=args.finetune_lr, seed=args.seed)
     summary = sim_to_real(args.detector, args.real_dir, load_section(args.params, "train"), cfg,
+                          runtime=load_section(args.params, "runtime"),
+                          decision=load_section(args.params, "decision"), params=args.params,
                           resamples=args.resamples, seeds=args.seeds)
     write_outputs(summary, args.out, args.figure)
     print(json.dumps(headline(summary), indent=2))

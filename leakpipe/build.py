@@ -10,7 +10,6 @@ a failed check in ``build.quality.reject`` makes it unusable, any other is liste
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import multiprocessing
 import os
@@ -32,6 +31,7 @@ from leakpipe.data.manifest import Recording, discover
 from leakpipe.data.splits import assign_splits
 from leakpipe.data.writer import SplitWriter
 from leakpipe.errors import DataError
+from leakpipe.files import file_sha256
 
 log = logging.getLogger(__name__)
 
@@ -227,11 +227,3 @@ class BuildFailed(DataError):
     def __init__(self, report: BuildReport, message: str) -> None:
         super().__init__(message)
         self.report = report
-
-
-def file_sha256(path: Path, block: int = 2**22) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        while chunk := handle.read(block):
-            digest.update(chunk)
-    return digest.hexdigest()

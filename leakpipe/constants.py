@@ -9,6 +9,7 @@ from __future__ import annotations
 KNOWN_CLASSES: tuple[str, ...] = ("BACKGROUND", "CRACK", "LEAK", "NORMAL", "UNCLASSIFIED")
 LEAK_CLASS = "LEAK"
 NOLEAK_CLASS = "NOLEAK"
+DECISION_NAMES = (NOLEAK_CLASS, LEAK_CLASS)  # a file decision is LEAK or not, in every mode
 BINARY_CLASSES: tuple[str, ...] = (NOLEAK_CLASS, LEAK_CLASS)  # NOLEAK = 0, LEAK = 1
 
 # HDF5 data contract (docs/data-format.md).

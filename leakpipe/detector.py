@@ -1,11 +1,19 @@
-"""The trained detector file (`models/model.pt`): weights plus everything needed to use them.
+"""The two model files: the trained network (`models/model.pt`) and the detector
+(`models/detector.pt`), each one versioned dict read with ``torch.load(weights_only=True)``.
 
-One versioned dict, written atomically and read with ``torch.load(weights_only=True)``: the
-unwrapped model state, the model config, the task's class names and the data's, the feature
-config the model was trained on (so `leakpipe predict` always computes matching features), the
-per-clip input normalisation it was trained with (``train.input_norm``; version 1 files predate
-it and mean ``none``), the voting rule and the decision threshold chosen on the validation split
-(the original saved 0.5 instead of the threshold it had chosen).
+- **Network** (train writes it): the unwrapped weights, the model config, the task's class
+  names and the data's, the feature config the model was trained on (so `leakpipe predict`
+  always computes matching features) and the per-clip input normalisation (``train.input_norm``).
+  No operating point and no timings: identical weights give identical bytes.
+- **Detector** (evaluate writes it): the network plus the operating point chosen on the val
+  split (probability mode, rule, vote fraction, threshold), its headline test figures and the
+  scoring rules (batch caps and memory margins, the shortest usable recording). It is
+  the one file that decides leaks: `leakpipe predict` and the MLflow logged model use it, so the
+  threshold that is reported is the one that is deployed.
+
+Detector files of versions 1 and 2 (train once wrote them as models/model.pt) still load; a
+version 1 file predates ``input_norm`` and means ``none``; neither holds scoring rules, so
+`leakpipe predict` takes those from params.yaml for them.
 """
 
 from __future__ import annotations
@@ -21,20 +29,23 @@ from torch import nn
 from leakpipe.config import INPUT_NORMS, FeatureConfig, ModelConfig, from_mapping
 from leakpipe.data.input_norm import NORM_NONE, check_norm
 from leakpipe.data.schema import leak_index
+from leakpipe.decision.voting import VotingConfig
 from leakpipe.errors import DataError
-from leakpipe.evaluate.voting import VotingConfig
+from leakpipe.files import save_torch_atomic
 from leakpipe.inference import inference_form
-from leakpipe.model import create_model
-from leakpipe.train.checkpoint import model_state, save_atomic
+from leakpipe.model import create_model, model_state
+from leakpipe.scoring.batching import BatchLimits
 
+NETWORK_FORMAT = "leakpipe.network"
+NETWORK_VERSION = 1
 DETECTOR_FORMAT = "leakpipe.detector"
-DETECTOR_VERSION = 2
-READABLE_VERSIONS = (1, 2)   # 1: no input normalisation stored (it was always none)
+DETECTOR_VERSION = 3
+READABLE_VERSIONS = {NETWORK_FORMAT: (1,), DETECTOR_FORMAT: (1, 2, 3)}
 
 
-@dataclass(frozen=True)
-class Detector:
-    """A loaded detector: the model in eval mode and the rules around it."""
+@dataclass(frozen=True, kw_only=True)
+class Network:
+    """A trained network in eval mode and what its inputs must look like."""
 
     model: nn.Module
     model_cfg: ModelConfig
@@ -42,55 +53,103 @@ class Detector:
     data_class_names: tuple[str, ...]   # the classes of the HDF5 data it was trained on
     binary: bool
     features: FeatureConfig
-    voting: VotingConfig
-    threshold: float
-    metrics: dict[str, float]
-    input_norm: str = NORM_NONE         # per-clip normalisation the model expects (input_norm)
+    input_norm: str = NORM_NONE         # per-clip normalisation the model expects
 
     @property
     def leak_index(self) -> int:
         return leak_index(self.class_names)
 
     def inference_model(self) -> nn.Module:
-        """The model's exact, faster inference form for this detector's segments."""
+        """The model's exact, faster inference form for this network's segments."""
         return inference_form(self.model, self.features.segment_shape[-1])
 
+    def network(self) -> Network:
+        """The network part alone (a ``Detector`` without its operating point)."""
+        return Network(**{f.name: getattr(self, f.name) for f in dataclasses.fields(Network)})
 
-def save_detector(path: Path, *, model: nn.Module, model_cfg: ModelConfig,
-                  class_names: tuple[str, ...], data_class_names: tuple[str, ...], binary: bool,
-                  features: FeatureConfig, voting: VotingConfig, threshold: float,
-                  metrics: dict[str, float], input_norm: str = NORM_NONE) -> None:
-    """Write the detector file atomically (temporary file + rename)."""
-    save_atomic({
-        "format": DETECTOR_FORMAT,
-        "version": DETECTOR_VERSION,
-        "model": model_state(model),
-        "model_config": _plain(dataclasses.asdict(model_cfg)),
-        "class_names": list(class_names),
-        "data_class_names": list(data_class_names),
-        "binary": bool(binary),
-        "features": features.to_dict(),
-        "input_norm": check_norm(input_norm),
-        "voting": dataclasses.asdict(voting),
-        "threshold": float(threshold),
-        "metrics": {k: float(v) for k, v in metrics.items()},
+
+@dataclass(frozen=True, kw_only=True)
+class Detector(Network):
+    """A network plus the operating point chosen on val: what decides a recording."""
+
+    voting: VotingConfig
+    threshold: float
+    metrics: dict[str, float]
+    batch_limits: BatchLimits | None = None   # scoring batch caps / memory margins (evaluate's)
+    min_clip_fraction: float | None = None    # shortest usable recording, share of one clip
+
+
+def save_network(path: Path, network: Network) -> None:
+    """Write models/model.pt: weights and the network's description, no operating point."""
+    save_torch_atomic({"format": NETWORK_FORMAT, "version": NETWORK_VERSION,
+                       **_network_dict(network)}, Path(path))
+
+
+def save_detector(path: Path, detector: Detector) -> None:
+    """Write the detector file: the network plus its operating point and figures."""
+    save_torch_atomic({
+        "format": DETECTOR_FORMAT, "version": DETECTOR_VERSION, **_network_dict(detector),
+        "voting": dataclasses.asdict(detector.voting),
+        "threshold": float(detector.threshold),
+        "metrics": {k: float(v) for k, v in detector.metrics.items()},
+        "batch_limits": (dataclasses.asdict(detector.batch_limits)
+                         if detector.batch_limits is not None else None),
+        "min_clip_fraction": detector.min_clip_fraction,
     }, Path(path))
 
 
+def _network_dict(network: Network) -> dict[str, Any]:
+    return {
+        "model": model_state(network.model),
+        "model_config": _plain(dataclasses.asdict(network.model_cfg)),
+        "class_names": list(network.class_names),
+        "data_class_names": list(network.data_class_names),
+        "binary": bool(network.binary),
+        "features": network.features.to_dict(),
+        "input_norm": check_norm(network.input_norm),
+    }
+
+
+def load_network(path: Path, map_location: str | torch.device = "cpu") -> Network:
+    """The network of a network or detector file (evaluate reads train's model.pt)."""
+    raw = _read(Path(path), map_location)
+    return _network(raw, Path(path))
+
+
 def load_detector(path: Path, map_location: str | torch.device = "cpu") -> Detector:
-    """Read a detector file; a wrong or unknown format is a ``DataError`` naming the file."""
+    """A detector file; a network file (no operating point) is a ``DataError`` naming it."""
     path = Path(path)
+    raw = _read(path, map_location)
+    if raw["format"] != DETECTOR_FORMAT:
+        raise DataError(f"{path}: a trained network without an operating point; use the "
+                        "detector evaluate writes (models/detector.pt)")
+    net = _network(raw, path)
+    return Detector(**{f.name: getattr(net, f.name) for f in dataclasses.fields(Network)},
+                    voting=VotingConfig(**raw["voting"]), threshold=float(raw["threshold"]),
+                    metrics=dict(raw["metrics"]),
+                    batch_limits=(BatchLimits(**raw["batch_limits"])
+                                  if raw.get("batch_limits") is not None else None),
+                    min_clip_fraction=raw.get("min_clip_fraction"))
+
+
+def _read(path: Path, map_location: str | torch.device) -> dict[str, Any]:
     if not path.is_file():
         raise DataError(f"{path}: no such model file")
     try:
         raw = torch.load(path, map_location=map_location, weights_only=True)
     except (RuntimeError, OSError, EOFError, ValueError) as exc:
         raise DataError(f"{path}: not a readable leakpipe model ({type(exc).__name__})") from None
-    if not isinstance(raw, dict) or raw.get("format") != DETECTOR_FORMAT:
-        raise DataError(f"{path}: not a leakpipe detector file (train writes models/model.pt)")
-    if raw.get("version") not in READABLE_VERSIONS:
-        raise DataError(f"{path}: detector version {raw.get('version')} is not one of "
-                        f"{list(READABLE_VERSIONS)}; retrain or use a matching leakpipe")
+    kind = raw.get("format") if isinstance(raw, dict) else None
+    if kind not in READABLE_VERSIONS:
+        raise DataError(f"{path}: not a leakpipe network or detector file (train writes "
+                        "models/model.pt, evaluate models/detector.pt)")
+    if raw.get("version") not in READABLE_VERSIONS[kind]:
+        raise DataError(f"{path}: {kind} version {raw.get('version')} is not one of "
+                        f"{list(READABLE_VERSIONS[kind])}; retrain or use a matching leakpipe")
+    return raw
+
+
+def _network(raw: dict[str, Any], path: Path) -> Network:
     input_norm = raw.get("input_norm", NORM_NONE)
     if input_norm not in INPUT_NORMS:
         raise DataError(f"{path}: input_norm {input_norm!r} is not one of {list(INPUT_NORMS)}")
@@ -99,12 +158,10 @@ def load_detector(path: Path, map_location: str | torch.device = "cpu") -> Detec
     model = create_model(model_cfg, len(class_names))
     model.load_state_dict(raw["model"])
     model.eval()
-    return Detector(
-        model=model, model_cfg=model_cfg, class_names=class_names,
-        data_class_names=tuple(raw["data_class_names"]), binary=bool(raw["binary"]),
-        features=from_mapping(FeatureConfig, raw["features"], "features", str(path)),
-        voting=VotingConfig(**raw["voting"]), threshold=float(raw["threshold"]),
-        metrics=dict(raw["metrics"]), input_norm=input_norm)
+    return Network(model=model, model_cfg=model_cfg, class_names=class_names,
+                   data_class_names=tuple(raw["data_class_names"]), binary=bool(raw["binary"]),
+                   features=from_mapping(FeatureConfig, raw["features"], "features", str(path)),
+                   input_norm=input_norm)
 
 
 def _plain(value: Any) -> Any:

@@ -11,15 +11,17 @@ probabilities plus the segment leak probability, so a pyfunc ``predict`` returns
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 
 import torch
 from torch import nn
 
 from leakpipe.config import ModelConfig
-from leakpipe.evaluate.voting import ProbMode, segment_leak_prob
+from leakpipe.decision.voting import ProbMode, segment_leak_prob
 
 log = logging.getLogger(__name__)
 
+WRAPPER_PREFIXES = ("_orig_mod.", "module.")  # torch.compile, DistributedDataParallel
 KERNEL = 3      # conv kernel size (square)
 PADDING = 1     # keeps height and width
 POOL = (2, 1)   # halves the mel axis, keeps the (usually single) frame axis
@@ -85,3 +87,26 @@ def create_model(cfg: ModelConfig, n_classes: int) -> LeakCNN:
 
 def count_parameters(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
+
+
+def unwrap(model: nn.Module) -> nn.Module:
+    """The plain module inside torch.compile / DDP wrappers."""
+    for attr in ("_orig_mod", "module"):
+        inner = getattr(model, attr, None)
+        if isinstance(inner, nn.Module):
+            return unwrap(inner)
+    return model
+
+
+def strip_prefixes(state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Remove wrapper prefixes from state-dict keys."""
+    out = {}
+    for key, value in state.items():
+        while key.startswith(WRAPPER_PREFIXES):
+            key = key.split(".", 1)[1]
+        out[key] = value
+    return out
+
+
+def model_state(model: nn.Module) -> dict[str, torch.Tensor]:
+    return strip_prefixes(unwrap(model).state_dict())

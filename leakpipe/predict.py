@@ -18,6 +18,7 @@ interrupted run by skipping the recordings already in the output.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import logging
 import math
 import time
@@ -27,21 +28,21 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 from torch import nn
 from tqdm import tqdm
 
 from leakpipe import tracking
 from leakpipe.audio.io import AudioError, make_clips, read_audio, resample
-from leakpipe.constants import AUDIO_SUFFIXES
-from leakpipe.data.input_norm import normalize_clips
+from leakpipe.config import load_section
+from leakpipe.constants import AUDIO_SUFFIXES, DECISION_NAMES
+from leakpipe.decision.voting import file_scores, long_segment_probs
 from leakpipe.detector import Detector, load_detector
 from leakpipe.errors import DataError
-from leakpipe.evaluate.forward import batch_segments, segment_cap
-from leakpipe.evaluate.report import DECISION_NAMES
-from leakpipe.evaluate.voting import file_scores, long_segment_probs, segment_leak_prob
 from leakpipe.features.mel import clip_features
-from leakpipe.train.loop import Precision, to_device
+from leakpipe.files import csv_text, write_text_atomic
+from leakpipe.runtime import Runtime
+from leakpipe.scoring.batching import BatchLimits, array_batches, batch_segments
+from leakpipe.scoring.score import score_batches
 
 log = logging.getLogger(__name__)
 
@@ -49,10 +50,6 @@ COLUMNS = ("path", "status", "leak_prob", "decision", "threshold", "rule", "prob
            "vote_fraction", "frac_long_over", "n_long", "duration_s", "long_starts_s",
            "long_probs", "notes")
 STATUS_OK, STATUS_ERROR = "ok", "error"
-MIN_CLIP_FRACTION = 0.5    # a recording shorter than this share of one clip is unusable
-MAX_BATCH_SEGMENTS = 16384      # as evaluate.max_batch_segments
-CPU_MAX_BATCH_SEGMENTS = 1024   # as evaluate.cpu_max_batch_segments
-MEMORY = {"safety": 0.5, "host_reserve_mb": 1024.0, "device_reserve_mb": 1024.0}
 DECIMALS = 4               # probabilities and times in the CSV
 
 
@@ -86,6 +83,30 @@ class PredictSummary:
     seconds: float
 
 
+@dataclass(frozen=True)
+class ScoringRules:
+    """Batch caps, memory margins and the shortest usable recording of a predict run."""
+
+    limits: BatchLimits
+    min_clip_fraction: float
+
+
+def scoring_rules(detector: Detector, params: Path) -> ScoringRules:
+    """The detector's own rules (evaluate stores them); for detector files older than that,
+    the `evaluate`, `preload` and `build` sections of ``params``."""
+    if detector.batch_limits is not None and detector.min_clip_fraction is not None:
+        return ScoringRules(detector.batch_limits, detector.min_clip_fraction)
+    if not Path(params).is_file():
+        raise DataError(f"{params}: no such params file, and the detector (written before "
+                        "detectors held their scoring rules) has none; re-run evaluate")
+    ev, pre = load_section(params, "evaluate"), load_section(params, "preload")
+    return ScoringRules(
+        BatchLimits(max_segments=ev.max_batch_segments,
+                    cpu_max_segments=ev.cpu_max_batch_segments, safety=pre.safety,
+                    host_reserve_mb=pre.host_reserve_mb, device_reserve_mb=pre.device_reserve_mb),
+        load_section(params, "build").min_clip_fraction)
+
+
 def resolve_model(spec: str) -> Path:
     """A local detector file for a path or an MLflow URI (``models:/...``, ``runs:/...``)."""
     return tracking.download_model(spec) if tracking.is_model_uri(spec) else Path(spec)
@@ -103,7 +124,7 @@ def find_recordings(paths: Iterable[Path]) -> list[Path]:
     return list(dict.fromkeys(found))
 
 
-def prepare(path: Path, detector: Detector, min_fraction: float = MIN_CLIP_FRACTION) -> Prepared:
+def prepare(path: Path, detector: Detector, min_fraction: float) -> Prepared:
     """Read, resample, cover with clips and compute features; raises ``AudioError``."""
     f = detector.features
     x, rate = read_audio(path)
@@ -121,34 +142,29 @@ def prepare(path: Path, detector: Detector, min_fraction: float = MIN_CLIP_FRACT
     return Prepared(path, clip_features(clips, f), starts / f.sample_rate, duration, notes)
 
 
-def _prepare_all(paths: Sequence[Path], detector: Detector) -> Iterator[Prepared | Failed]:
+def _prepare_all(paths: Sequence[Path], detector: Detector,
+                 min_fraction: float) -> Iterator[Prepared | Failed]:
     for path in paths:
         try:
-            yield prepare(path, detector)
+            yield prepare(path, detector, min_fraction)
         except AudioError as exc:
             yield Failed(path, str(exc))
         except OSError as exc:
             yield Failed(path, f"{path}: {exc.strerror or exc}")
 
 
-def score_segments(detector: Detector, model: nn.Module, mel: np.ndarray, device: torch.device,
-                   precision: Precision, budget: int) -> np.ndarray:
+def score_segments(detector: Detector, model: nn.Module, mel: np.ndarray, runtime: Runtime,
+                   budget: int) -> np.ndarray:
     """(clips, L, S, M, T) of many recordings -> (clips, L, S) leak probabilities.
 
-    ``model`` is the detector's network on ``device`` (its inference form, usually). Each clip
-    is first normalised by the detector's ``input_norm``, as in training.
+    ``model`` is the detector's network on the runtime's device (its inference form, usually);
+    each clip is normalised by the detector's ``input_norm``, as in training, and scored by
+    the one scoring path in batches of whole clips of about ``budget`` segments.
     """
-    clips = normalize_clips(torch.from_numpy(mel), detector.input_norm)  # (clips, L, S, M, T)
-    x = clips.reshape(-1, 1, *mel.shape[-2:])                        # (N, 1, M, T)
-    probs = []
-    with torch.inference_mode():
-        for start in range(0, len(x), budget):
-            batch = to_device(x[start:start + budget], device, False)  # (B, 1, M, T)
-            with precision.autocast():
-                logits, leak_logit = model(batch)                     # (B, C), (B,)
-            probs.append(segment_leak_prob(logits, leak_logit, detector.leak_index,
-                                           detector.voting.prob_mode))
-    return torch.cat(probs).cpu().numpy().reshape(mel.shape[:3])
+    batches = array_batches(mel, budget, detector.input_norm)
+    return score_batches(model, batches, segments=tuple(mel.shape[1:3]),
+                         leak_index=detector.leak_index, prob_mode=detector.voting.prob_mode,
+                         runtime=runtime).seg_probs
 
 
 def _fmt(values: np.ndarray) -> str:
@@ -201,39 +217,36 @@ def completed_rows(path: Path) -> list[dict[str, str]]:
 
 def _start_output(path: Path, rows: list[dict[str, str]]) -> None:
     """Rewrite ``path`` atomically with its header and ``rows`` (kept from a resumed run)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    with tmp.open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=COLUMNS)
-        writer.writeheader()
-        writer.writerows(rows)
-    tmp.replace(path)
+    write_text_atomic(path, csv_text(rows, COLUMNS))
 
 
 # -- the run ---------------------------------------------------------------------------------
 
-def predict(paths: Sequence[Path], detector: Detector, out: Path, *, device: torch.device,
-            precision: Precision, resume: bool = False, progress: bool = True,
+def predict(paths: Sequence[Path], detector: Detector, out: Path, *, runtime: Runtime,
+            rules: ScoringRules, resume: bool = False, progress: bool = True,
             max_batch_segments: int | None = None) -> PredictSummary:
     """Score every recording under ``paths`` into the CSV ``out``.
 
-    ``max_batch_segments``: most segments per forward pass (default: by device type).
+    ``max_batch_segments`` overrides the rules' cap on segments per forward pass.
     """
     start = time.perf_counter()
     kept = completed_rows(out) if resume else []
     done = {row["path"] for row in kept}
     todo = [p for p in find_recordings(paths) if str(p) not in done]
     _start_output(out, kept)
-    model = detector.inference_model().to(device)
-    cap = max_batch_segments or segment_cap(MAX_BATCH_SEGMENTS, CPU_MAX_BATCH_SEGMENTS, device)
-    budget = batch_segments(detector.model_cfg, detector.features.segment_shape[2:], device,
-                            MEMORY, cap)
+    model = detector.inference_model().to(runtime.device)
+    limits = rules.limits
+    if max_batch_segments:
+        limits = dataclasses.replace(limits, max_segments=max_batch_segments,
+                                     cpu_max_segments=max_batch_segments)
+    budget = batch_segments(detector.model_cfg, detector.features.segment_shape[2:],
+                            runtime.device, limits)
     counts = {"written": 0, "errors": 0, "leaks": 0}
     with out.open("a", newline="") as handle, \
             tqdm(total=len(todo), desc="predict", unit="rec", disable=not progress) as bar:
-        writer = csv.DictWriter(handle, fieldnames=COLUMNS)
-        for group in _groups(_prepare_all(todo, detector), budget):
-            rows = _score_group(group, detector, model, device, precision, budget)
+        writer = csv.DictWriter(handle, fieldnames=COLUMNS, lineterminator="\n")
+        for group in _groups(_prepare_all(todo, detector, rules.min_clip_fraction), budget):
+            rows = _score_group(group, detector, model, runtime, budget)
             writer.writerows(rows)
             handle.flush()
             _count(counts, rows)
@@ -258,14 +271,12 @@ def _groups(items: Iterator[Prepared | Failed],
 
 
 def _score_group(group: list[Prepared | Failed], detector: Detector, model: nn.Module,
-                 device: torch.device, precision: Precision,
-                 budget: int) -> list[dict[str, Any]]:
+                 runtime: Runtime, budget: int) -> list[dict[str, Any]]:
     ready = [item for item in group if isinstance(item, Prepared)]
     probs: list[np.ndarray] = []
     if ready:
         mel = np.concatenate([p.mel for p in ready])                  # (clips, L, S, M, T)
-        all_probs = score_segments(detector, model, mel, device, precision,
-                                   budget)                            # (clips, L, S)
+        all_probs = score_segments(detector, model, mel, runtime, budget)  # (clips, L, S)
         probs = np.split(all_probs, np.cumsum([len(p.mel) for p in ready])[:-1])
     by_path = {p.path: (p, q) for p, q in zip(ready, probs, strict=True)}
     return [result_row(*by_path[item.path], detector) if isinstance(item, Prepared)

@@ -26,8 +26,8 @@ from leakpipe.config import FeatureConfig, ModelConfig
 from leakpipe.constants import KNOWN_CLASSES
 from leakpipe.data.schema import leak_index, task_classes
 from leakpipe.data.writer import SplitWriter
-from leakpipe.detector import save_detector
-from leakpipe.evaluate.voting import VotingConfig
+from leakpipe.decision.voting import VotingConfig
+from leakpipe.detector import Detector, save_detector
 from leakpipe.model import LeakCNN, create_model
 from tests.helpers_h5 import SMALL_FEATURES
 
@@ -59,10 +59,11 @@ def known_detector(path: Path, *, binary: bool = True,
     """Write a detector file with known outputs (see the module docstring)."""
     classes = task_classes(data_classes, binary)
     model = set_known_weights(create_model(TINY_MODEL, len(classes)), leak_index(classes))
-    save_detector(path, model=model, model_cfg=TINY_MODEL, class_names=classes,
-                  data_class_names=data_classes, binary=binary, features=features,
-                  voting=voting or VotingConfig(prob_mode="blend"), threshold=threshold,
-                  metrics={})
+    save_detector(path, Detector(model=model, model_cfg=TINY_MODEL, class_names=classes,
+                                 data_class_names=data_classes, binary=binary,
+                                 features=features,
+                                 voting=voting or VotingConfig(prob_mode="blend"),
+                                 threshold=threshold, metrics={}))
     return path
 
 

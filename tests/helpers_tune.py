@@ -23,7 +23,7 @@ from tests.conftest import PARAMS
 from tests.helpers_h5 import write_splits
 
 TINY_MODEL = {"widths": [4, 8, 8], "dropout": 0.1, "pool_h": 2, "hidden": 16}
-TRAIN = {"device": "cpu", "batch_size": 256, "learning_rate": 0.003, "warmup_epochs": 0.0,
+TRAIN = {"batch_size": 256, "learning_rate": 0.003, "warmup_epochs": 0.0,
          "eta_min": 1.0e-5, "keep_last_checkpoints": 1}
 TUNE = {"n_trials": 3, "epochs": 1, "train_fraction": 1.0, "workers": 1,
         "threads_per_worker": 1, "sampler_startup_trials": 2, "pruner_startup_trials": 2,
@@ -68,6 +68,7 @@ def make_workspace(root: Path, *, tune: dict[str, Any] | None = None,
     params = yaml.safe_load(PARAMS.read_text())
     params["model"] = dict(TINY_MODEL)
     params["train"].update({**TRAIN, **(train or {})})
+    params["runtime"]["device"] = "cpu"
     params["tune"].update({**TUNE, **(tune or {}), "space": space or SPACE})
     cfg = from_mapping(PreloadConfig, params["preload"], "preload")
     shapes = read_shapes({s: data[s] for s in ("train", "val")})

@@ -25,10 +25,11 @@ from leakpipe.data.resident_source import ResidentSource
 from leakpipe.data.split_info import load_resident
 from leakpipe.data.stream_source import StreamSource
 from leakpipe.data.writer import SplitWriter
-from leakpipe.detector import load_detector
+from leakpipe.detector import load_network
+from leakpipe.preload.plan import read_plan
 from leakpipe.train.interrupt import StopRequested
 from leakpipe.train.outputs import input_example, save_model
-from leakpipe.train.session import prepare_training, read_plan
+from leakpipe.train.session import prepare_training
 from tests.conftest import PARAMS
 from tests.test_train_signals import _fit
 from tests.test_train_stage import Workspace, make_workspace
@@ -241,9 +242,12 @@ def test_validation_data_is_never_augmented(tmp_path: Path) -> None:
     base = prepare_training(ws.data["train"], ws.data["val"], read_plan(ws.plan), plain_cfg,
                             torch.device("cpu"))
     try:
-        assert torch.equal(augmented.val_data.mel, base.val_data.mel)
-        example = input_example(augmented.val_data, input_norm=cfg.input_norm)   # (4, 1, M, T)
-        first = normalize_clips(augmented.val_data.mel[:1], "clip_level")
+        for (x_a, y_a, _), (x_b, y_b, _) in zip(augmented.val.batches, base.val.batches,
+                                                strict=True):
+            assert torch.equal(x_a, x_b) and torch.equal(y_a, y_b)
+        example = input_example(augmented.val)                          # (4, 1, M, T)
+        with open_split(ws.data["val"]) as val:
+            first = normalize_clips(torch.from_numpy(val.mel[:1]).float(), "clip_level")
         assert np.array_equal(example, first.reshape(-1, 1, *first.shape[-2:])[:4].numpy())
         assert augmented.train_source.transform.augment is not None
         assert base.train_source.transform.augment is None               # clip_level only
@@ -282,7 +286,7 @@ def test_fit_with_augmentation_stopped_mid_epoch_resumes_to_the_same_result(
                             torch.device("cpu"))
     data.close()
     save_model(tmp_path / "model.pt", whole, data, model_cfg, cfg)
-    assert load_detector(tmp_path / "model.pt").input_norm == "clip_level"
+    assert load_network(tmp_path / "model.pt").input_norm == "clip_level"
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")

@@ -132,7 +132,8 @@ def _splits(root: Path, **inject) -> dict[str, Path]:
 
 def _run(params: Path, paths: dict[str, Path], eval_metrics=None):
     return run_baselines(paths, load_section(params, "baselines"),
-                         load_section(params, "evaluate"), eval_metrics)
+                         load_section(params, "evaluate"), load_section(params, "decision"),
+                         eval_metrics)
 
 
 def test_separable_clips_score_high_and_level_only_stays_at_chance(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ import pytest
 import torch
 from torch import nn
 
+from leakpipe.files import save_torch_atomic
 from leakpipe.model import LeakCNN
 from leakpipe.train import checkpoint as ck
 
@@ -47,7 +48,7 @@ class _Parallel(nn.Module):
 
 def test_round_trip_with_weights_only(tmp_path: Path) -> None:
     ckpt = _ckpt(3)
-    ck.save_atomic(ckpt, tmp_path / "c.pt")
+    save_torch_atomic(ckpt, tmp_path / "c.pt")
     loaded = ck.load_checkpoint(tmp_path / "c.pt")
     assert loaded["version"] == ck.CHECKPOINT_VERSION
     assert (loaded["epoch"], loaded["step"], loaded["class_names"]) == (3, 30, ["NOLEAK", "LEAK"])
@@ -72,7 +73,7 @@ def test_rng_state_round_trips_through_weights_only(tmp_path: Path) -> None:
     random.seed(1)
     np.random.seed(2)
     torch.manual_seed(3)
-    ck.save_atomic(ck.rng_state(), tmp_path / "rng.pt")
+    save_torch_atomic(ck.rng_state(), tmp_path / "rng.pt")
     expected = (random.random(), np.random.rand(), torch.rand(1).item())
     ck.set_rng_state(torch.load(tmp_path / "rng.pt", weights_only=True))
     assert (random.random(), np.random.rand(), torch.rand(1).item()) == expected
@@ -132,10 +133,10 @@ def test_unreadable_checkpoints_name_the_file(tmp_path: Path) -> None:
 
 def test_version_and_keys_are_checked(tmp_path: Path) -> None:
     future = {**_ckpt(1), "version": ck.CHECKPOINT_VERSION + 1}
-    ck.save_atomic(future, tmp_path / "future.pt")
+    save_torch_atomic(future, tmp_path / "future.pt")
     with pytest.raises(ck.CheckpointError, match="future.pt: checkpoint version 2"):
         ck.load_checkpoint(tmp_path / "future.pt")
-    ck.save_atomic({"weights": torch.zeros(2)}, tmp_path / "other.pt")
+    save_torch_atomic({"weights": torch.zeros(2)}, tmp_path / "other.pt")
     with pytest.raises(ck.CheckpointError, match="not a leakpipe checkpoint"):
         ck.load_checkpoint(tmp_path / "other.pt")
 

@@ -14,8 +14,8 @@ import torch
 from leakpipe.config import load_section
 from leakpipe.data.input_norm import normalize_clips
 from leakpipe.data.reader import open_split
-from leakpipe.detector import load_detector
-from leakpipe.evaluate.voting import decide, file_scores, segment_leak_prob
+from leakpipe.decision.voting import decide, file_scores, segment_leak_prob
+from leakpipe.detector import load_network
 from leakpipe.model import create_model
 from leakpipe.train import checkpoint as ck
 from tests.conftest import REPO
@@ -54,14 +54,16 @@ def test_two_processes_train_with_ddp_and_the_checkpoint_loads_in_one(tmp_path: 
     assert not any(key.startswith("module.") for key in best["model"])
     model = create_model(load_section(ws.params, "model"), len(best["class_names"]))
     ck.load_model_state(model, best, ws.checkpoints / ck.BEST_NAME)
-    detector = load_detector(ws.model)
+    network = load_network(ws.model)
     for key, value in model.state_dict().items():
-        assert torch.equal(detector.model.state_dict()[key], value), key
-    assert _val_decisions_are_right(detector, ws.data["val"])
+        assert torch.equal(network.model.state_dict()[key], value), key
+    assert _val_decisions_are_right(network, ws.data["val"], load_section(ws.params, "decision"),
+                                    metrics["threshold"])
 
 
-def _val_decisions_are_right(detector, path: Path) -> bool:
-    """Every val file decided LEAK / not LEAK correctly by the loaded detector, in one process."""
+def _val_decisions_are_right(detector, path: Path, decision, threshold: float) -> bool:
+    """Every val file decided LEAK / not LEAK correctly by the loaded network at train's val
+    threshold, in one process."""
     with open_split(path) as split:
         mel = torch.from_numpy(split.mel[:]).float()                 # (F, L, S, M, T)
         mel = normalize_clips(mel, detector.input_norm)             # as the detector was trained
@@ -70,7 +72,7 @@ def _val_decisions_are_right(detector, path: Path) -> bool:
     with torch.inference_mode():
         logits, leak_logit = detector.model(flat)
     probs = segment_leak_prob(logits, leak_logit, detector.leak_index,
-                              detector.voting.prob_mode).numpy().reshape(mel.shape[:3])
-    scores = file_scores(probs, detector.voting.rule, detector.voting.vote_fraction)
-    decisions = decide(scores, np.array([detector.threshold]))[0]   # (F,)
+                              decision.prob_mode).numpy().reshape(mel.shape[:3])
+    scores = file_scores(probs, decision.rule, decision.vote_fraction)
+    decisions = decide(scores, np.array([threshold]))[0]            # (F,)
     return bool(np.array_equal(decisions, truth))

@@ -21,13 +21,14 @@ from leakpipe.constants import H5_LABELS, KNOWN_CLASSES
 from leakpipe.data.input_norm import normalize_clips
 from leakpipe.data.reader import open_split
 from leakpipe.data.split_info import read_split_info
+from leakpipe.decision.voting import segment_leak_prob
 from leakpipe.detector import load_detector
 from leakpipe.errors import DataError
-from leakpipe.evaluate import forward
-from leakpipe.evaluate.run import evaluate_detector, write_outputs
-from leakpipe.evaluate.voting import segment_leak_prob
+from leakpipe.evaluate.run import batch_limits, detector_of, evaluate_detector, write_outputs
+from leakpipe.files import save_torch_atomic
+from leakpipe.runtime import cpu_runtime
+from leakpipe.scoring import batching
 from leakpipe.tracking import flatten
-from leakpipe.train import checkpoint as ck
 from tests.conftest import PARAMS
 from tests.helpers_detector import (
     TINY_MODEL,
@@ -55,8 +56,11 @@ def _one_thread() -> Iterator[None]:
 
 @pytest.fixture
 def cfg() -> EvaluateConfig:
-    return dataclasses.replace(load_section(PARAMS, "evaluate"), device="cpu",
-                               bootstrap_resamples=200)
+    return dataclasses.replace(load_section(PARAMS, "evaluate"), bootstrap_resamples=200)
+
+
+DECISION = load_section(PARAMS, "decision")
+PLAN_PARAMS = {"safety": 0.8, "host_reserve_mb": 0, "device_reserve_mb": 0}
 
 
 def _write_splits(root: Path, seed: int = 0, spread: float = 0.15) -> dict[str, Path]:
@@ -88,11 +92,12 @@ def _relabel(path: Path, labels: np.ndarray) -> None:
         f[H5_LABELS][:] = labels
 
 
-def _evaluate(root: Path, cfg: EvaluateConfig, placement: str = "ram", detector=None):
+def _evaluate(root: Path, cfg: EvaluateConfig, placement: str = "ram", detector=None,
+              decision=DECISION):
     detector = detector or load_detector(root / "models" / "model.pt")
     paths = {s: root / "data" / "processed" / f"{s}.h5" for s in SPLIT_FILES}
-    return evaluate_detector(detector, paths, {"placement": placement, "params": {
-        "safety": 0.8, "host_reserve_mb": 0, "device_reserve_mb": 0}}, cfg)
+    return evaluate_detector(detector, paths, {"placement": placement, "params": PLAN_PARAMS},
+                             cfg, decision, cpu_runtime())
 
 
 def test_threshold_is_chosen_on_val_only(project: Path, cfg: EvaluateConfig) -> None:
@@ -140,23 +145,25 @@ def test_placements_and_batch_sizes_give_the_same_scores(project: Path,
 
 
 def test_batch_budget_follows_free_memory(monkeypatch: pytest.MonkeyPatch) -> None:
-    per_segment = forward.activation_bytes(TINY_MODEL, 16, 1)
-    budget = forward.measure_budget()
-    monkeypatch.setattr(forward, "measure_budget", lambda: dataclasses.replace(
+    per_segment = batching.activation_bytes(TINY_MODEL, 16, 1)
+    budget = batching.measure_budget()
+    monkeypatch.setattr(batching, "measure_budget", lambda: dataclasses.replace(
         budget, host_available=100 * per_segment, cgroup_limit=None))
-    memory = {"safety": 1.0, "host_reserve_mb": 0.0, "device_reserve_mb": 0.0}
+    limits = batching.BatchLimits(max_segments=10**6, cpu_max_segments=10**6, safety=1.0,
+                                  host_reserve_mb=0.0, device_reserve_mb=0.0)
     cpu = torch.device("cpu")
-    assert forward.batch_segments(TINY_MODEL, (16, 1), cpu, memory, cap=10**6) == 100
-    assert forward.batch_segments(TINY_MODEL, (16, 1), cpu, memory, cap=40) == 40
-    assert forward.batch_segments(TINY_MODEL, (16, 1), cpu, {**memory, "safety": 0.5},
-                                  cap=10**6) == 50
+    assert batching.batch_segments(TINY_MODEL, (16, 1), cpu, limits) == 100
+    capped = dataclasses.replace(limits, cpu_max_segments=40)
+    assert batching.batch_segments(TINY_MODEL, (16, 1), cpu, capped) == 40
+    assert batching.batch_segments(TINY_MODEL, (16, 1), cpu,
+                                   dataclasses.replace(limits, safety=0.5)) == 50
 
 
 def test_multi_class_model_reports_per_class_metrics(tmp_path: Path,
                                                      cfg: EvaluateConfig) -> None:
     known_detector(tmp_path / "models" / "model.pt", binary=False)
     _write_splits(tmp_path / "data" / "processed")
-    result = _evaluate(tmp_path, dataclasses.replace(cfg, prob_mode="aux"))
+    result = _evaluate(tmp_path, cfg, decision=dataclasses.replace(DECISION, prob_mode="aux"))
     for name in KNOWN_CLASSES:
         assert f"test/class/{name}/file_f1" in result.metrics
         assert f"test/class/{name}/seg_recall" in result.metrics
@@ -242,19 +249,21 @@ def test_the_detectors_input_norm_is_applied_and_carried_to_the_detector_file(
         project: Path, cfg: EvaluateConfig, placement: str) -> None:
     model_path = project / "models" / "model.pt"
     raw = torch.load(model_path, weights_only=True)
-    ck.save_atomic({**raw, "input_norm": "clip_level"}, model_path)
+    save_torch_atomic({**raw, "input_norm": "clip_level"}, model_path)
     detector = load_detector(model_path)
     result = _evaluate(project, cfg, placement)
     with open_split(project / "data" / "processed" / "val.h5") as split:
         mel = torch.from_numpy(split.mel[:])                             # (F, L, S, M, T)
     x = normalize_clips(mel, "clip_level").reshape(-1, 1, *mel.shape[-2:])
     with torch.inference_mode():
-        want = segment_leak_prob(*detector.model(x), detector.leak_index, cfg.prob_mode)
+        want = segment_leak_prob(*detector.model(x), detector.leak_index, DECISION.prob_mode)
     np.testing.assert_allclose(result.val.scores.seg_probs.reshape(-1), want.numpy(), atol=1e-5)
     plain = _evaluate(project, cfg, detector=dataclasses.replace(detector, input_norm="none"))
     assert not np.allclose(plain.val.scores.seg_probs, result.val.scores.seg_probs)
     out = project / "out"
-    write_outputs(result, detector, metrics_path=out / "eval.json", plots_dir=out / "plots",
+    limits = batch_limits({"params": PLAN_PARAMS}, cfg)
+    write_outputs(result, detector_of(result, detector, limits, 0.5),
+                  metrics_path=out / "eval.json", plots_dir=out / "plots",
                   predictions_path=out / "predictions.csv", detector_path=out / "detector.pt")
     assert load_detector(out / "detector.pt").input_norm == "clip_level"
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from sklearn.metrics import accuracy_score, f1_score, precision_score, recall_score
 
-from leakpipe.evaluate.metrics import (
+from leakpipe.decision.metrics import (
     best_index,
     binary_metrics,
     diagnose,

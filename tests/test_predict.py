@@ -17,13 +17,13 @@ from leakpipe.cli import main
 from leakpipe.config import ModelConfig
 from leakpipe.constants import BINARY_CLASSES, KNOWN_CLASSES
 from leakpipe.data.input_norm import normalize_clips
+from leakpipe.decision.voting import VotingConfig, file_scores, segment_leak_prob
 from leakpipe.detector import load_detector, save_detector
 from leakpipe.errors import DataError
-from leakpipe.evaluate.voting import VotingConfig, file_scores, segment_leak_prob
 from leakpipe.features.mel import clip_features
+from leakpipe.files import save_torch_atomic
 from leakpipe.model import create_model
 from leakpipe.predict import COLUMNS
-from leakpipe.train import checkpoint as ck
 from tests.helpers_detector import copied_store, restore_logging
 from tests.helpers_h5 import SMALL_FEATURES
 
@@ -188,9 +188,9 @@ def test_detector_carries_input_norm_and_version_1_files_mean_none(tmp_path: Pat
     assert load_detector(path).input_norm == "clip_band"
     raw = torch.load(path, weights_only=True)
     del raw["input_norm"]
-    ck.save_atomic({**raw, "version": 1}, tmp_path / "v1.pt")       # written before the field
+    save_torch_atomic({**raw, "version": 1}, tmp_path / "v1.pt")       # written before the field
     assert load_detector(tmp_path / "v1.pt").input_norm == "none"
-    ck.save_atomic({**raw, "input_norm": "pcen"}, tmp_path / "bad.pt")
+    save_torch_atomic({**raw, "input_norm": "pcen"}, tmp_path / "bad.pt")
     with pytest.raises(DataError, match="input_norm 'pcen'"):
         load_detector(tmp_path / "bad.pt")
     with pytest.raises(ValueError, match="input_norm 'pcen'"):

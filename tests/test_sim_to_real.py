@@ -175,7 +175,7 @@ def test_data_labels_map_an_unknown_noleak_class(detector_file: Path) -> None:
 def test_write_fold_splits_every_recording_by_time(tmp_path: Path, real_like: Path,
                                                    detector_file: Path) -> None:
     detector = load_detector(detector_file)
-    recordings = load_recordings(real_like, detector)
+    recordings = load_recordings(real_like, detector, 0.5)
     label_of = data_labels(detector, [r.label for r in recordings], "NORMAL")
     train, val = write_fold(recordings, detector, label_of, 0.25, tmp_path / "fold")
     with open_split(train) as t, open_split(val) as v:
@@ -189,16 +189,22 @@ def test_write_fold_splits_every_recording_by_time(tmp_path: Path, real_like: Pa
 def test_load_recordings_needs_both_classes(tmp_path: Path, detector_file: Path) -> None:
     root = _write_real_like(tmp_path / "leaks-only", leaks=2, noleaks=0)
     with pytest.raises(DataError, match="need LEAK and non-LEAK"):
-        load_recordings(root, load_detector(detector_file))
+        load_recordings(root, load_detector(detector_file), 0.5)
 
 
 def _base_cfg():
-    return dataclasses.replace(load_section(PARAMS, "train"), device="cpu")
+    return load_section(PARAMS, "train")
+
+
+def _shared() -> dict:
+    """The runtime (forced to CPU), the decision grid and the params for scoring rules."""
+    runtime = dataclasses.replace(load_section(PARAMS, "runtime"), device="cpu")
+    return {"runtime": runtime, "decision": load_section(PARAMS, "decision"), "params": PARAMS}
 
 
 def test_sim_to_real_end_to_end(tmp_path: Path, real_like: Path, detector_file: Path) -> None:
     cfg = FewShotConfig(epochs=2, batch_size=64, finetune_lr=1e-8, scratch_lr=1e-2)
-    summary = sim_to_real(detector_file, real_like, _base_cfg(), cfg, resamples=50)
+    summary = sim_to_real(detector_file, real_like, _base_cfg(), cfg, resamples=50, **_shared())
 
     zero = summary["zero_shot"]
     assert zero["overall"]["n_clips"] == 16
@@ -238,7 +244,7 @@ def test_a_held_out_noleak_leaves_training_without_negatives(tmp_path: Path,
                                                              detector_file: Path) -> None:
     root = _write_real_like(tmp_path / "one-negative", leaks=2, noleaks=1)
     cfg = FewShotConfig(epochs=1, batch_size=64)
-    summary = sim_to_real(detector_file, root, _base_cfg(), cfg, resamples=10)
+    summary = sim_to_real(detector_file, root, _base_cfg(), cfg, resamples=10, **_shared())
     folds = {f["held_out"]: f for f in summary["few_shot"]["folds"]}
     assert folds["NOLEAK/rec0.wav"]["val_has_both_classes"] is False
     # trained on leaks only, the model from scratch calls the held-out no-leak clips LEAK

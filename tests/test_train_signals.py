@@ -22,11 +22,14 @@ import yaml
 
 from leakpipe.config import load_section
 from leakpipe.detector import load_detector
+from leakpipe.files import save_torch_atomic
+from leakpipe.preload.plan import read_plan
+from leakpipe.runtime import cpu_runtime
 from leakpipe.tracking import NullTracker
 from leakpipe.train import checkpoint as ck
 from leakpipe.train.fit import FitOptions, FitResult, fit
 from leakpipe.train.interrupt import StopRequested
-from leakpipe.train.session import prepare_training, read_plan
+from leakpipe.train.session import prepare_training
 from leakpipe.train.stage import TAG_PREVIOUS_RUN
 from tests.conftest import REPO
 from tests.test_train_stage import (
@@ -173,8 +176,9 @@ def _fit(ws: Workspace, directory: Path, stop_after: int | None = None) -> FitRe
     polls = itertools.count(1)
     stop = (lambda: next(polls) > stop_after) if stop_after is not None else None
     try:
-        return fit(model_cfg, cfg, train_source=data.train_source, val_data=data.val_data,
-                   class_counts=data.class_counts, tracker=NullTracker(),
+        return fit(model_cfg, cfg, runtime=cpu_runtime(),
+                   decision=load_section(ws.params, "decision"), train_source=data.train_source,
+                   val=data.val, class_counts=data.class_counts, tracker=NullTracker(),
                    checkpoint_dir=directory, features=data.features.to_dict(),
                    options=FitOptions(should_stop=stop, data_id=data.data_id))
     finally:
@@ -228,7 +232,7 @@ def test_resume_takes_the_best_weights_from_the_epoch_checkpoint(tmp_path: Path)
     first = _fit(ws, directory)
     best = ck.load_checkpoint(directory / ck.BEST_NAME)
     best["model"] = {k: torch.zeros_like(v) for k, v in best["model"].items()}
-    ck.save_atomic(best, directory / ck.BEST_NAME)             # e.g. from a crashed later epoch
+    save_torch_atomic(best, directory / ck.BEST_NAME)             # e.g. from a crashed later epoch
     again = _fit(ws, directory)
     assert again.epochs_run == 0
     for key, value in first.model.state_dict().items():

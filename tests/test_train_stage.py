@@ -33,6 +33,7 @@ from leakpipe.data.reader import open_split
 from leakpipe.data.writer import SplitWriter
 from leakpipe.detector import load_detector
 from leakpipe.preload import Budget, plan_training, read_shapes
+from leakpipe.preload.plan import read_plan
 from leakpipe.train import checkpoint as ck
 from leakpipe.train import session
 from leakpipe.train.outputs import history_csv, nest
@@ -44,9 +45,9 @@ BAND_BOOST_DB = 12.0        # how much a class raises its own mel bands (easy to
 NOISE_DB = 5.0
 TINY_MODEL = {"widths": [8, 8, 16], "dropout": 0.1, "pool_h": 4, "hidden": 16}
 # A threshold grid without 0.5: a saved 0.5 can never pass for the chosen threshold.
-TRAIN = {"device": "cpu", "epochs": 3, "batch_size": 32, "learning_rate": 0.01,
-         "eta_min": 1e-4, "warmup_epochs": 0.5, "threshold_min": 0.1, "threshold_max": 0.85,
-         "threshold_step": 0.15, "early_stop_patience": 5, "keep_last_checkpoints": 2}
+TRAIN = {"epochs": 3, "batch_size": 32, "learning_rate": 0.01, "eta_min": 1e-4,
+         "warmup_epochs": 0.5, "early_stop_patience": 5, "keep_last_checkpoints": 2}
+DECISION = {"threshold_min": 0.1, "threshold_max": 0.85, "threshold_step": 0.15}
 MONITOR = {"interval_s": 0.05, "mlflow_interval_s": 0.5}
 HISTORY_COLUMNS = ("epoch", "train/loss", "val/loss", "val/file_f1", "train/lr")
 _TEMPLATE: dict[str, Path] = {}
@@ -99,6 +100,8 @@ def make_workspace(root: Path, *, files_per_class: int = 8, seed: int = 0,
     params = yaml.safe_load(PARAMS.read_text())
     params["model"] = dict(TINY_MODEL)
     params["train"].update({**TRAIN, **(train or {})})
+    params["decision"].update(DECISION)
+    params["runtime"]["device"] = "cpu"
     params["monitor"].update({**MONITOR, **(monitor or {})})
     params["preload"]["mode"] = mode
     cfg = from_mapping(PreloadConfig, params["preload"], "preload")
@@ -332,7 +335,7 @@ def test_prepare_training_streams_when_the_plan_no_longer_fits(
     monkeypatch.setattr("leakpipe.preload.measure_budget", lambda: _budget(2**20))
     cfg = load_section(ws.params, "train")
     data = session.prepare_training(ws.data["train"], ws.data["val"],
-                                    session.read_plan(ws.plan), cfg, torch.device("cpu"))
+                                    read_plan(ws.plan), cfg, torch.device("cpu"))
     try:
         assert data.placement == PLACEMENT_STREAM
         assert type(data.train_source).__name__ == "StreamSource"

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from leakpipe.evaluate.voting import (
+from leakpipe.decision.voting import (
     decide,
     file_decisions,
     file_scores,

@@ -33,16 +33,15 @@ import numpy as np
 
 from leakpipe.baselines.data import ClipFeatures, check_compatible, read_features
 from leakpipe.baselines.models import FEATURE_SET, MFCC, hyper_grid, leak_scores, make_model
-from leakpipe.commands._common import write_json_atomic
-from leakpipe.config import BaselinesConfig, EvaluateConfig
+from leakpipe.config import BaselinesConfig, DecisionConfig, EvaluateConfig
 from leakpipe.constants import LEAK_CLASS
+from leakpipe.decision.select import OperatingPoint, select_operating_point
+from leakpipe.decision.voting import decide, threshold_grid
 from leakpipe.errors import DataError
 from leakpipe.evaluate.bootstrap import bootstrap_intervals, paired_f1_difference
 from leakpipe.evaluate.report import binary_figures, interval_metrics, prefixed, ranking_metrics
-from leakpipe.evaluate.run import json_safe
-from leakpipe.evaluate.select import OperatingPoint, select_operating_point
-from leakpipe.evaluate.voting import decide, threshold_grid
-from leakpipe.train.outputs import nest
+from leakpipe.files import write_json_atomic
+from leakpipe.metric_names import json_safe, nest
 
 log = logging.getLogger(__name__)
 
@@ -90,23 +89,26 @@ def _x(split: ClipFeatures, name: str) -> np.ndarray:
 
 # -- selection on val ---------------------------------------------------------------------------
 
-def choose_on_val(scores: np.ndarray, truth: np.ndarray, ev: EvaluateConfig) -> OperatingPoint:
-    """evaluate's operating-point choice for (F,) clip scores of the VAL split."""
+def choose_on_val(scores: np.ndarray, truth: np.ndarray, ev: EvaluateConfig,
+                  decision: DecisionConfig) -> OperatingPoint:
+    """evaluate's operating-point choice (its criterion, the `decision` grid) for (F,) clip
+    scores of the VAL split."""
     return select_operating_point(
         scores[:, None, None], truth,
-        threshold_grid(ev.threshold_min, ev.threshold_max, ev.threshold_step),
-        rule=CLIP_RULE, vote_fraction=ev.vote_fraction, criterion=ev.criterion,
+        threshold_grid(decision.threshold_min, decision.threshold_max, decision.threshold_step),
+        rule=CLIP_RULE, vote_fraction=decision.vote_fraction, criterion=ev.criterion,
         target=ev.target)
 
 
 def fit_and_select(name: str, train: ClipFeatures, val: ClipFeatures, cfg: BaselinesConfig,
-                   ev: EvaluateConfig) -> tuple[Any, dict[str, Any], OperatingPoint, list]:
+                   ev: EvaluateConfig,
+                   decision: DecisionConfig) -> tuple[Any, dict[str, Any], OperatingPoint, list]:
     """Fit every grid combination on train; keep the best on val (model, hyper, point, grid)."""
     best, best_key, rows = None, None, []
     for hyper in hyper_grid(cfg, name):
         model = make_model(name, hyper, cfg.seed, cfg.threads).fit(_x(train, name), train.truth)
         scores = leak_scores(model, _x(val, name))
-        point = choose_on_val(scores, val.truth, ev)
+        point = choose_on_val(scores, val.truth, ev, decision)
         auc = ranking_metrics(val.truth, scores)["roc_auc"]
         key = (point.met, point.value, auc if math.isfinite(auc) else -math.inf)
         rows.append({**hyper, "val_criterion": point.value, "val_roc_auc": auc,
@@ -135,9 +137,10 @@ def split_figures(name: str, split: ClipFeatures, scores: np.ndarray, decision: 
 
 
 def evaluate_model(name: str, splits: Mapping[str, ClipFeatures], cfg: BaselinesConfig,
-                   ev: EvaluateConfig) -> ModelResult:
+                   ev: EvaluateConfig, decision: DecisionConfig) -> ModelResult:
     """Select on val, then apply the chosen model and threshold unchanged to test."""
-    model, hyper, point, rows = fit_and_select(name, splits[TRAIN], splits[VAL], cfg, ev)
+    model, hyper, point, rows = fit_and_select(name, splits[TRAIN], splits[VAL], cfg, ev,
+                                               decision)
     metrics = {"eval/threshold": point.threshold, "eval/criterion_value": point.value,
                "eval/target_met": float(point.met)}
     for split_name, bootstrap in ((VAL, False), (TEST, True)):
@@ -243,7 +246,7 @@ def paired_test(test: ClipFeatures, decisions: Mapping[tuple[str, int], bool], s
 
 
 def run_baselines(paths: Mapping[str, Path], cfg: BaselinesConfig, ev: EvaluateConfig,
-                  eval_metrics: Mapping[str, Any] | None = None,
+                  decision: DecisionConfig, eval_metrics: Mapping[str, Any] | None = None,
                   eval_source: str = "metrics/eval.json",
                   cnn_decisions: Mapping[tuple[str, int], bool] | None = None,
                   decisions_source: str = "reports/predictions.csv") -> BaselineReport:
@@ -257,7 +260,7 @@ def run_baselines(paths: Mapping[str, Path], cfg: BaselinesConfig, ev: EvaluateC
     cnn = cnn_figures(eval_metrics, splits[TEST].n_files, eval_source)
     paired = (None if cnn_decisions is None
               else paired_test(splits[TEST], cnn_decisions, decisions_source, ev))
-    results = {name: evaluate_model(name, splits, cfg, ev) for name in cfg.models}
+    results = {name: evaluate_model(name, splits, cfg, ev, decision) for name in cfg.models}
     return BaselineReport(results, compare(results, cnn, paired))
 
 

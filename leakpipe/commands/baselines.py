@@ -29,8 +29,8 @@ if TYPE_CHECKING:
 NAME = "baselines"
 HELP = "the paper's MFCC baselines (random forest, SVM, XGBoost) and a level-only control"
 TAG_BASELINE = "leakpipe.baseline"     # on a child run: which model it holds
-EVALUATE_KEYS = ("criterion", "target", "threshold_min", "threshold_max", "threshold_step",
-                 "bootstrap_resamples", "confidence", "seed")  # the evaluate keys baselines use
+EVALUATE_KEYS = ("criterion", "target", "bootstrap_resamples", "confidence",
+                 "seed")  # the evaluate keys baselines use (and the `decision` grid)
 log = logging.getLogger(__name__)
 
 
@@ -71,17 +71,18 @@ def run(args: argparse.Namespace) -> int:
     from leakpipe.preload import read_shapes
 
     cfg = load_section(args.params, NAME)
-    ev = load_section(args.params, "evaluate")
+    ev, decision = load_section(args.params, "evaluate"), load_section(args.params, "decision")
     paths = {split: args.data_dir / f"{split}.h5" for split in SPLITS}
     if args.validated is not None:
         check_validated(args.validated, read_shapes(paths))
-    report = run_baselines(paths, cfg, ev, read_eval_metrics(args.cnn_metrics),
+    report = run_baselines(paths, cfg, ev, decision, read_eval_metrics(args.cnn_metrics),
                            str(args.cnn_metrics), read_cnn_decisions(args.cnn_predictions),
                            str(args.cnn_predictions))
     write_outputs(report, metrics_path=args.metrics, plots_dir=args.plots_dir)
     with tracking.start_run(NAME) as parent:
         parent.log_params({NAME: dataclasses.asdict(cfg),
-                           "evaluate": {k: getattr(ev, k) for k in EVALUATE_KEYS}})
+                           "evaluate": {k: getattr(ev, k) for k in EVALUATE_KEYS},
+                           "decision": dataclasses.asdict(decision)})
         parent.log_metrics({f"comparison/{k}": v for k, v in report.comparison.items()
                             if isinstance(v, float) and math.isfinite(v)})
         parent.set_tags({f"comparison/{k}": v for k, v in report.comparison.items()

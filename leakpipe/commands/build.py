@@ -8,9 +8,10 @@ import logging
 from pathlib import Path
 
 from leakpipe import tracking
-from leakpipe.commands._common import add_params_argument, write_json_atomic
+from leakpipe.commands._common import add_params_argument
 from leakpipe.config import load_section
 from leakpipe.data.manifest import GROUP_BY
+from leakpipe.files import write_json_atomic
 
 NAME = "build"
 HELP = "segment recordings into two-stage log-mel HDF5 files (train / val / test)"

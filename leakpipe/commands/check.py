@@ -16,8 +16,9 @@ import argparse
 import logging
 from pathlib import Path
 
-from leakpipe.commands._common import add_params_argument, write_json_atomic
-from leakpipe.config import SECTIONS, load_section
+from leakpipe.commands._common import add_params_argument
+from leakpipe.config import SECTIONS, check_aux_head, load_section
+from leakpipe.files import write_json_atomic
 
 NAME = "check"
 HELP = "check every section of params.yaml (the first DVC stage; a bad value stops the run)"
@@ -32,8 +33,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    for name in SECTIONS:
-        load_section(args.params, name)
+    sections = {name: load_section(args.params, name) for name in SECTIONS}
+    check_aux_head(sections["decision"], sections["train"].leak_aux_weight, str(args.params))
     write_json_atomic(args.stamp, STAMP)
     log.info("check: %s: %d sections valid -> %s", args.params, len(SECTIONS), args.stamp)
     return 0

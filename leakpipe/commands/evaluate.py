@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_params_argument(parser)
     parser.add_argument("--model", type=Path, default=Path("models/model.pt"),
-                        help="detector file written by train (default: models/model.pt)")
+                        help="trained network written by train (default: models/model.pt)")
     parser.add_argument("--data-dir", type=Path, default=Path("data/processed"),
                         help="folder holding val.h5 and test.h5")
     parser.add_argument("--plan", type=Path, default=Path("reports/preload.json"),
@@ -49,21 +49,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from leakpipe.allocator import retain_freed_memory
-    from leakpipe.build import file_sha256
-    from leakpipe.detector import load_detector
-    from leakpipe.evaluate.run import evaluate_detector, write_outputs
-    from leakpipe.train.session import read_plan
+    from leakpipe.detector import load_network
+    from leakpipe.evaluate.run import batch_limits, detector_of, evaluate_detector, write_outputs
+    from leakpipe.files import file_sha256
+    from leakpipe.preload.plan import read_plan
+    from leakpipe.runtime import make_runtime
 
-    cfg = load_section(args.params, NAME)
+    cfg, decision = load_section(args.params, NAME), load_section(args.params, "decision")
+    rt = load_section(args.params, "runtime")
+    runtime = make_runtime(rt.device, rt.amp, rt.channels_last)
     retain_freed_memory()                 # CPU inference reuses its activation buffers
-    detector = load_detector(args.model)
+    network = load_network(args.model)
     plan = read_plan(args.plan)
     paths = {split: args.data_dir / f"{split}.h5" for split in ("val", "test")}
     sha = file_sha256(args.model)
     with tracking.start_run(NAME, tags={tracking.TAG_MODEL_SHA256: sha}) as run:
-        run.log_params({NAME: dataclasses.asdict(cfg), "model_file": str(args.model)})
+        run.log_params({NAME: dataclasses.asdict(cfg), "decision": dataclasses.asdict(decision),
+                        "runtime": dataclasses.asdict(rt), "model_file": str(args.model)})
         _link_train_run(run, sha)
-        evaluation = evaluate_detector(detector, paths, plan, cfg, progress=not args.no_progress)
+        evaluation = evaluate_detector(network, paths, plan, cfg, decision, runtime,
+                                       progress=not args.no_progress)
+        detector = detector_of(evaluation, network, batch_limits(plan, cfg),
+                               load_section(args.params, "build").min_clip_fraction)
         write_outputs(evaluation, detector, metrics_path=args.metrics, plots_dir=args.plots_dir,
                       predictions_path=args.predictions, detector_path=args.detector)
         _log_evaluation(run, evaluation, args)

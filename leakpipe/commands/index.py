@@ -10,8 +10,9 @@ import logging
 import os
 from pathlib import Path
 
-from leakpipe.commands._common import add_params_argument, write_json_atomic
+from leakpipe.commands._common import add_params_argument
 from leakpipe.config import load_section
+from leakpipe.files import write_json_atomic
 
 NAME = "index"
 HELP = "content-hash every recording build.source names (build depends on the index)"

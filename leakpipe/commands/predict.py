@@ -6,16 +6,11 @@ import argparse
 import logging
 from pathlib import Path
 
+from leakpipe.commands._common import add_params_argument, positive_int
+
 NAME = "predict"
 HELP = "score new recordings (WAV / FLAC / OGG files or folders) with a saved detector"
 log = logging.getLogger(__name__)
-
-
-def positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -29,24 +24,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--resume", action="store_true",
                         help="keep the rows already in --out and skip their recordings")
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
-                        help="where the model runs (default: auto = cuda when available)")
+                        help="where the model runs (default: auto = cuda when available; "
+                             "fp16 autocast on CUDA, float32 on CPU)")
     parser.add_argument("--batch-segments", type=positive_int, default=None,
                         help="most segments per forward pass (default: sized from free memory, "
-                             "at most 16384 on CUDA and 1024 on CPU)")
+                             "capped by the detector's evaluate.max_batch_segments / "
+                             "cpu_max_batch_segments)")
+    add_params_argument(parser)   # scoring rules for detector files that do not hold them
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
 
 def run(args: argparse.Namespace) -> int:
     from leakpipe.allocator import retain_freed_memory
-    from leakpipe.evaluate.forward import resolve_device
-    from leakpipe.predict import load, predict
-    from leakpipe.train.loop import resolve_precision
+    from leakpipe.predict import load, predict, scoring_rules
+    from leakpipe.runtime import make_runtime
 
-    device = resolve_device(args.device, "--device")
+    runtime = make_runtime(args.device, "auto", device_key="--device")
     retain_freed_memory()                 # CPU inference reuses its activation buffers
     detector = load(args.model)
-    summary = predict(args.paths, detector, args.out, device=device,
-                      precision=resolve_precision("auto", device), resume=args.resume,
+    summary = predict(args.paths, detector, args.out, runtime=runtime,
+                      rules=scoring_rules(detector, args.params), resume=args.resume,
                       progress=not args.no_progress,
                       max_batch_segments=args.batch_segments)
     print(f"predict: {summary.written} recordings ({summary.leaks} LEAK, {summary.errors} "

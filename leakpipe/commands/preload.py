@@ -15,10 +15,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from leakpipe import tracking
-from leakpipe.commands._common import add_params_argument, write_json_atomic
+from leakpipe.commands._common import add_params_argument
 from leakpipe.config import load_section
 from leakpipe.constants import SPLITS
 from leakpipe.errors import DataError
+from leakpipe.files import write_json_atomic
 
 if TYPE_CHECKING:
     from leakpipe.preload import SplitShape

@@ -15,7 +15,7 @@ import argparse
 import logging
 from pathlib import Path
 
-from leakpipe.commands._common import add_params_argument
+from leakpipe.commands._common import add_params_argument, positive_int
 
 NAME = "tune"
 HELP = "search hyper-parameters with Optuna over the train stage's fit(); `tune apply` them"
@@ -41,26 +41,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="best trial's values (written by run, read by apply)")
     parser.add_argument("--metrics", type=Path, default=Path("metrics/tune.json"),
                         help="study metrics (DVC metrics file)")
-    parser.add_argument("--workers", type=_positive, default=None,
+    parser.add_argument("--workers", type=positive_int, default=None,
                         help="local worker processes (default: tune.workers)")
     parser.add_argument("--worker", action="store_true",
                         help="join an existing study as one worker (e.g. on another machine)")
     parser.add_argument("--worker-index", type=int, default=None,
                         help="this worker's index (seeds its sampler; default: the pid)")
-    parser.add_argument("--threads", type=_positive, default=None,
+    parser.add_argument("--threads", type=positive_int, default=None,
                         help="torch CPU threads of a worker (default: tune.threads_per_worker)")
     parser.add_argument("--study", default=None,
                         help="study name to join (default: computed from the params and data)")
     parser.add_argument("--dry-run", action="store_true",
                         help="apply: show the changes and the dvc line, change nothing")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-
-
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
 
 
 def run(args: argparse.Namespace) -> int:

@@ -14,9 +14,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from leakpipe import tracking
-from leakpipe.commands._common import add_params_argument, write_json_atomic
+from leakpipe.commands._common import add_params_argument
 from leakpipe.config import load_section
 from leakpipe.constants import SPLITS
+from leakpipe.files import write_json_atomic
 from leakpipe.validate import ValidationFailed
 
 if TYPE_CHECKING:
@@ -57,7 +58,8 @@ def write_outputs(report: ValidationReport, args: argparse.Namespace) -> tuple[P
         if path.exists():
             log.info("removing stale %s", path)
             path.unlink()
-    from leakpipe.validate.report import render_html, write_text_atomic
+    from leakpipe.files import write_text_atomic
+    from leakpipe.validate.report import render_html
 
     json_path, html_path = success[:2] if report.passed else failure
     write_json_atomic(json_path, report.to_dict())

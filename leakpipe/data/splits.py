@@ -10,7 +10,6 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from leakpipe.constants import SPLITS
 from leakpipe.errors import DataError
 
 
@@ -54,7 +53,3 @@ def _cost(counts: np.ndarray, target: np.ndarray, split: int, add: np.ndarray) -
     trial[split] += add
     scale = np.maximum(target.sum(axis=0), 1.0)
     return float((((trial - target) / scale) ** 2).sum())
-
-
-def split_names(indices: np.ndarray) -> list[str]:
-    return [SPLITS[i] for i in indices]

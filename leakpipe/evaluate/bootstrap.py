@@ -23,7 +23,7 @@ from statistics import NormalDist
 
 import numpy as np
 
-from leakpipe.evaluate.metrics import METRIC_NAMES, BinaryMetrics
+from leakpipe.decision.metrics import METRIC_NAMES, BinaryMetrics
 
 RANKING_NAMES = ("roc_auc", "pr_auc")
 RATE_NAMES = ("accuracy", "precision", "recall", "specificity")   # Wilson intervals

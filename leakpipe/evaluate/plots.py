@@ -20,8 +20,8 @@ import numpy as np
 from matplotlib.figure import Figure
 from sklearn.metrics import confusion_matrix, precision_recall_curve, roc_curve
 
-from leakpipe.evaluate.metrics import BinaryMetrics
-from leakpipe.evaluate.report import DECISION_NAMES
+from leakpipe.constants import DECISION_NAMES
+from leakpipe.decision.metrics import BinaryMetrics
 
 if TYPE_CHECKING:
     from leakpipe.evaluate.run import Evaluation

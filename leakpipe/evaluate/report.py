@@ -15,13 +15,12 @@ from typing import Any
 import numpy as np
 from sklearn.metrics import average_precision_score, precision_recall_fscore_support, roc_auc_score
 
-from leakpipe.constants import LEAK_CLASS, NOLEAK_CLASS
+from leakpipe.constants import DECISION_NAMES
+from leakpipe.decision.metrics import binary_metrics
+from leakpipe.decision.voting import long_segment_probs
 from leakpipe.evaluate.bootstrap import Interval
-from leakpipe.evaluate.metrics import binary_metrics
-from leakpipe.evaluate.voting import long_segment_probs
 
 COUNT_NAMES = ("tp", "fp", "tn", "fn")
-DECISION_NAMES = (NOLEAK_CLASS, LEAK_CLASS)  # a file decision is LEAK or not, in every mode
 
 
 @dataclass(frozen=True)

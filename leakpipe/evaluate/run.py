@@ -2,7 +2,8 @@
 
 ``evaluate_detector`` is the one orchestrator (no I/O besides reading the splits):
 
-1. score every file of the val split (``forward.score_split``);
+1. score every file of the val split (``leakpipe.scoring``, the path training validation and
+   `leakpipe predict` use too);
 2. choose the threshold (and with ``select_rule`` the rule) on val by the stated criterion
    (``select.select_operating_point``): the test split is not even opened yet;
 3. score the test split and apply that point unchanged: file / segment / per-class metrics,
@@ -17,8 +18,6 @@ reported threshold that differs from the deployed one makes every reported figur
 
 from __future__ import annotations
 
-import csv
-import io
 import logging
 import math
 from collections.abc import Mapping
@@ -28,23 +27,16 @@ from typing import Any
 
 import numpy as np
 
-from leakpipe.commands._common import write_json_atomic
-from leakpipe.config import EvaluateConfig
+from leakpipe.config import DecisionConfig, EvaluateConfig
 from leakpipe.constants import H5_CLIP_INDEX
 from leakpipe.data.reader import open_split
 from leakpipe.data.schema import task_labels
-from leakpipe.detector import Detector, save_detector
+from leakpipe.decision.metrics import diagnose
+from leakpipe.decision.select import OperatingPoint, select_operating_point
+from leakpipe.decision.voting import VotingConfig, file_scores, threshold_grid
+from leakpipe.detector import Detector, Network, save_detector
 from leakpipe.errors import DataError
 from leakpipe.evaluate.bootstrap import bootstrap_intervals
-from leakpipe.evaluate.forward import (
-    SplitScores,
-    eval_placement,
-    open_batches,
-    resolve_device,
-    score_split,
-    segment_cap,
-)
-from leakpipe.evaluate.metrics import diagnose
 from leakpipe.evaluate.plots import PLOT_FILES, plot_data
 from leakpipe.evaluate.report import (
     FileTable,
@@ -55,10 +47,11 @@ from leakpipe.evaluate.report import (
     prediction_rows,
     prefixed,
 )
-from leakpipe.evaluate.select import OperatingPoint, select_operating_point
-from leakpipe.evaluate.voting import VotingConfig, file_scores, threshold_grid
-from leakpipe.train.loop import Precision, resolve_precision
-from leakpipe.train.outputs import nest
+from leakpipe.files import write_csv_atomic, write_json_atomic
+from leakpipe.metric_names import json_safe, nest
+from leakpipe.runtime import Runtime
+from leakpipe.scoring.batching import BatchLimits, open_batches
+from leakpipe.scoring.score import Scores, score_batches
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +67,7 @@ class SplitResult:
 
     name: str
     table: FileTable
-    scores: SplitScores
+    scores: Scores
     file_score: np.ndarray     # (F,) rule score: LEAK <=> score >= threshold
     decision: np.ndarray       # (F,) bool
     frac_over: np.ndarray      # (F,) share of long segments at or above the threshold
@@ -99,18 +92,16 @@ class Evaluation:
 class _Setup:
     """How splits are placed and run, resolved once."""
 
-    device: Any
-    precision: Precision
-    channels_last: bool
+    runtime: Runtime
     placement: str
-    memory: Mapping[str, Any]
-    cap: int
+    limits: BatchLimits
+    prob_mode: str
     progress: bool
 
 
 # -- reading ------------------------------------------------------------------------------------
 
-def read_file_table(path: Path, detector: Detector) -> FileTable:
+def read_file_table(path: Path, detector: Network) -> FileTable:
     """Labels and ids of a split; its classes and features must be the detector's."""
     with open_split(path) as split:
         if split.class_names != detector.data_class_names:
@@ -139,40 +130,47 @@ def _clip_counter(ids: np.ndarray) -> np.ndarray:
     return out
 
 
-def plan_memory(plan: Mapping[str, Any]) -> dict[str, float]:
-    """The preload plan's safety and reserves (its ``params``), which size evaluation batches."""
+def batch_limits(plan: Mapping[str, Any], cfg: EvaluateConfig) -> BatchLimits:
+    """Batch caps from `evaluate`, memory margins from the preload plan's ``params``."""
     params = plan.get("params", {})
     missing = [k for k in PLAN_MEMORY_KEYS if k not in params]
     if missing:
         raise DataError(f"preload plan lacks params.{missing[0]}; re-run `dvc repro preload`")
-    return {k: float(params[k]) for k in PLAN_MEMORY_KEYS}
+    return BatchLimits(max_segments=cfg.max_batch_segments,
+                       cpu_max_segments=cfg.cpu_max_batch_segments,
+                       **{k: float(params[k]) for k in PLAN_MEMORY_KEYS})
 
 
 # -- orchestration ------------------------------------------------------------------------------
 
-def evaluate_detector(detector: Detector, paths: Mapping[str, Path], plan: Mapping[str, Any],
-                      cfg: EvaluateConfig, *, progress: bool = False) -> Evaluation:
+def evaluate_detector(network: Network, paths: Mapping[str, Path], plan: Mapping[str, Any],
+                      cfg: EvaluateConfig, decision: DecisionConfig, runtime: Runtime, *,
+                      progress: bool = False) -> Evaluation:
     """Choose the operating point on ``paths['val']``, report it on ``paths['test']``."""
-    setup = _setup(plan, cfg, progress)
-    model = detector.inference_model().to(setup.device)
-    val_table = read_file_table(paths[VAL], detector)
-    val_scores = _score(model, detector, paths[VAL], setup, cfg, VAL)
+    setup = _Setup(runtime=runtime, placement=plan["placement"],
+                   limits=batch_limits(plan, cfg), prob_mode=decision.prob_mode,
+                   progress=progress)
+    model = network.inference_model().to(runtime.device)
+    val_table = read_file_table(paths[VAL], network)
+    val_scores = _score(model, network, paths[VAL], setup, VAL)
     point = select_operating_point(
         val_scores.seg_probs, val_table.truth,
-        threshold_grid(cfg.threshold_min, cfg.threshold_max, cfg.threshold_step),
-        rule=cfg.rule, vote_fraction=cfg.vote_fraction, criterion=cfg.criterion,
+        threshold_grid(decision.threshold_min, decision.threshold_max, decision.threshold_step),
+        rule=decision.rule, vote_fraction=decision.vote_fraction, criterion=cfg.criterion,
         target=cfg.target, select_rule=cfg.select_rule)
     log.info("operating point chosen on val: %s at threshold %g (%s = %.4f)", point.rule,
              point.threshold, cfg.criterion, point.value)
-    test_table = read_file_table(paths[TEST], detector)   # opened only after the choice
-    test_scores = _score(model, detector, paths[TEST], setup, cfg, TEST)
-    val = split_result(VAL, val_table, val_scores, point, cfg, detector.binary, bootstrap=False)
-    test = split_result(TEST, test_table, test_scores, point, cfg, detector.binary,
-                        bootstrap=True)
-    info = {"eval/rule": point.rule, "eval/prob_mode": cfg.prob_mode,
+    test_table = read_file_table(paths[TEST], network)   # opened only after the choice
+    test_scores = _score(model, network, paths[TEST], setup, TEST)
+    seg_threshold = decision.segment_threshold
+    val = split_result(VAL, val_table, val_scores, point, cfg, seg_threshold, network.binary,
+                       bootstrap=False)
+    test = split_result(TEST, test_table, test_scores, point, cfg, seg_threshold,
+                        network.binary, bootstrap=True)
+    info = {"eval/rule": point.rule, "eval/prob_mode": decision.prob_mode,
             "eval/criterion": cfg.criterion, **_diagnoses(point, val, test)}
-    return Evaluation(point=point, prob_mode=cfg.prob_mode, val=val, test=test,
-                      metrics=_summary_metrics(point, detector, val, test), info=info)
+    return Evaluation(point=point, prob_mode=decision.prob_mode, val=val, test=test,
+                      metrics=_summary_metrics(point, val, test), info=info)
 
 
 def _diagnoses(point: OperatingPoint, *results: SplitResult) -> dict[str, str]:
@@ -186,34 +184,28 @@ def _diagnoses(point: OperatingPoint, *results: SplitResult) -> dict[str, str]:
     return out
 
 
-def _setup(plan: Mapping[str, Any], cfg: EvaluateConfig, progress: bool) -> _Setup:
-    device = resolve_device(cfg.device)
-    return _Setup(device=device, precision=resolve_precision(cfg.amp, device),
-                  channels_last=device.type == "cuda",
-                  placement=eval_placement(plan["placement"], device),
-                  memory=plan_memory(plan), progress=progress,
-                  cap=segment_cap(cfg.max_batch_segments, cfg.cpu_max_batch_segments, device))
-
-
-def _score(model: Any, detector: Detector, path: Path, setup: _Setup, cfg: EvaluateConfig,
-           name: str) -> SplitScores:
-    batches = open_batches(path, setup.placement, detector.model_cfg, setup.device,
-                           setup.memory, setup.cap, detector.binary, detector.input_norm)
-    scores = score_split(model, batches, cfg.prob_mode, setup.precision,
-                         channels_last=setup.channels_last, progress=setup.progress,
-                         desc=f"evaluate {name}")
+def _score(model: Any, network: Network, path: Path, setup: _Setup, name: str) -> Scores:
+    runtime = setup.runtime
+    batches = open_batches(path, setup.placement, network.model_cfg, runtime.device,
+                           setup.limits, network.binary, network.input_norm)
+    info = batches.info
+    scores = score_batches(model, batches, segments=tuple(info.segment_shape[:2]),
+                           leak_index=info.leak_label, prob_mode=setup.prob_mode,
+                           runtime=runtime, progress=setup.progress, desc=f"evaluate {name}",
+                           total=len(batches))
     log.info("%s: %d files scored in %.2f s (%.0f files/s)", name, scores.n_files,
              scores.seconds, scores.n_files / max(scores.seconds, 1e-9))
     return scores
 
 
-def split_result(name: str, table: FileTable, scores: SplitScores, point: OperatingPoint,
-                 cfg: EvaluateConfig, binary: bool, *, bootstrap: bool) -> SplitResult:
+def split_result(name: str, table: FileTable, scores: Scores, point: OperatingPoint,
+                 cfg: EvaluateConfig, segment_threshold: float, binary: bool, *,
+                 bootstrap: bool) -> SplitResult:
     """Decisions and every figure of one split under ``point``."""
     file_score = file_scores(scores.seg_probs, point.rule, point.vote_fraction)   # (F,)
     decision = file_score >= point.threshold
     metrics = prefixed(f"{name}/file", binary_figures(table.truth, decision, file_score))
-    metrics.update(_segment_metrics(name, table, scores, cfg.segment_threshold))
+    metrics.update(_segment_metrics(name, table, scores, segment_threshold))
     if bootstrap:
         intervals = bootstrap_intervals(
             table.truth, decision, file_score, table.recording_id,
@@ -227,7 +219,7 @@ def split_result(name: str, table: FileTable, scores: SplitScores, point: Operat
                        frac_long_over(scores.seg_probs, point.threshold), metrics)
 
 
-def _segment_metrics(name: str, table: FileTable, scores: SplitScores,
+def _segment_metrics(name: str, table: FileTable, scores: Scores,
                      threshold: float) -> dict[str, float]:
     per_file = scores.seg_probs[0].size
     truth = np.repeat(table.truth, per_file)                         # (F * L * S,)
@@ -235,7 +227,7 @@ def _segment_metrics(name: str, table: FileTable, scores: SplitScores,
     return prefixed(f"{name}/seg", binary_figures(truth, probs >= threshold, probs))
 
 
-def _class_metrics(name: str, table: FileTable, scores: SplitScores) -> dict[str, float]:
+def _class_metrics(name: str, table: FileTable, scores: Scores) -> dict[str, float]:
     per_file = scores.seg_probs[0].size
     names = table.class_names
     out = class_metrics(name, "file", table.label, scores.class_probs.argmax(axis=1), names)
@@ -244,31 +236,30 @@ def _class_metrics(name: str, table: FileTable, scores: SplitScores) -> dict[str
     return out
 
 
-def _summary_metrics(point: OperatingPoint, detector: Detector, val: SplitResult,
+def _summary_metrics(point: OperatingPoint, val: SplitResult,
                      test: SplitResult) -> dict[str, float]:
     return {"eval/threshold": point.threshold, "eval/vote_fraction": point.vote_fraction,
             "eval/criterion_value": point.value, "eval/target_met": float(point.met),
-            "eval/model_threshold": detector.threshold, **val.metrics, **test.metrics}
+            **val.metrics, **test.metrics}
 
 
 # -- outputs ------------------------------------------------------------------------------------
 
-def json_safe(metrics: Mapping[str, Any]) -> dict[str, Any]:
-    """NaN / inf -> null (strict JSON); everything else unchanged."""
-    return {k: None if isinstance(v, float) and not math.isfinite(v) else v
-            for k, v in metrics.items()}
-
-
-def write_csv_atomic(path: Path, rows: list[dict[str, Any]]) -> None:
-    """Rows with the same keys -> CSV at ``path`` (temporary sibling, then rename)."""
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=list(rows[0]) if rows else [])
-    writer.writeheader()
-    writer.writerows(rows)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(buffer.getvalue())
-    tmp.replace(path)
+def detector_of(evaluation: Evaluation, network: Network, limits: BatchLimits,
+                min_clip_fraction: float) -> Detector:
+    """The network with the operating point chosen on val, its headline figures and the
+    scoring rules `leakpipe predict` follows."""
+    point = evaluation.point
+    return Detector(
+        **{f: getattr(network, f) for f in ("model", "model_cfg", "class_names",
+                                            "data_class_names", "binary", "features",
+                                            "input_norm")},
+        voting=VotingConfig(prob_mode=evaluation.prob_mode, rule=point.rule,
+                            vote_fraction=point.vote_fraction),
+        threshold=point.threshold,
+        metrics={k: evaluation.metrics[k] for k in DETECTOR_METRICS
+                 if math.isfinite(evaluation.metrics.get(k, math.nan))},
+        batch_limits=limits, min_clip_fraction=min_clip_fraction)
 
 
 def write_outputs(evaluation: Evaluation, detector: Detector, *, metrics_path: Path,
@@ -281,14 +272,4 @@ def write_outputs(evaluation: Evaluation, detector: Detector, *, metrics_path: P
     for key, records in data.items():
         write_json_atomic(plots_dir / PLOT_FILES[key], records)
     write_csv_atomic(predictions_path, test.rows())
-    save_detector(detector_path, model=detector.model, model_cfg=detector.model_cfg,
-                  class_names=detector.class_names, data_class_names=detector.data_class_names,
-                  binary=detector.binary, features=detector.features,
-                  voting=VotingConfig(prob_mode=evaluation.prob_mode, rule=point.rule,
-                                      vote_fraction=point.vote_fraction),
-                  threshold=point.threshold,
-                  metrics={k: evaluation.metrics[k] for k in DETECTOR_METRICS
-                           if math.isfinite(evaluation.metrics.get(k, math.nan))},
-                  input_norm=detector.input_norm)
-
-
+    save_detector(detector_path, detector)

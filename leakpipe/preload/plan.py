@@ -10,13 +10,15 @@ first that fits with a smaller batch, and says so. A forced mode that cannot fit
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from leakpipe.config import PreloadConfig
 from leakpipe.constants import PLACEMENT_DEVICE, PLACEMENT_RAM, PLACEMENT_STREAM, PLACEMENTS
-from leakpipe.errors import ConfigError
+from leakpipe.errors import ConfigError, DataError
 from leakpipe.preload.budget import Budget
 from leakpipe.preload.estimate import (
     ROLE_EVAL,
@@ -270,3 +272,20 @@ def _allocations(shapes: Mapping[str, SplitShape], placement: str, cfg: PreloadC
 
 __all__ = ["PLAN_FORMAT", "Plan", "TRAINING_SPLITS", "decide", "human_bytes",
            "training_footprints"]
+
+
+PLAN_KEYS = ("placement", "dtype", "stream")   # what every reader of the plan needs
+
+
+def read_plan(path: Path) -> dict[str, Any]:
+    """The preload stage's decision; a missing or foreign file is a ``DataError``."""
+    try:
+        plan = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise DataError(f"{path}: no preload plan; run `dvc repro preload` first") from None
+    except json.JSONDecodeError:
+        raise DataError(f"{path}: preload plan is not valid JSON") from None
+    missing = [k for k in PLAN_KEYS if k not in plan]
+    if missing:
+        raise DataError(f"{path}: preload plan lacks {missing[0]!r}")
+    return plan

@@ -29,15 +29,15 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
-from leakpipe.config import TrainConfig
+from leakpipe.config import DecisionConfig, TrainConfig
 from leakpipe.constants import LEAK_CLASS
 from leakpipe.data.writer import SplitWriter
 from leakpipe.detector import Detector
 from leakpipe.errors import DataError
+from leakpipe.files import save_torch_atomic
 from leakpipe.realcheck.metrics import ClipTable
-from leakpipe.realcheck.scoring import RealRecording, score_recordings
+from leakpipe.realcheck.scoring import RealRecording, Scoring, score_recordings
 from leakpipe.tracking import NullTracker
 from leakpipe.train import checkpoint as ckpt_io
 from leakpipe.train.fit import fit
@@ -131,7 +131,7 @@ def write_init_checkpoint(detector: Detector, path: Path) -> Path:
     """A training checkpoint holding the detector's weights, for ``train.init_checkpoint``."""
     ckpt = ckpt_io.make_checkpoint(model=detector.model, epoch=-1, step=0,
                                    class_names=list(detector.class_names))
-    ckpt_io.save_atomic(ckpt, path)
+    save_torch_atomic(ckpt, path)
     return path
 
 
@@ -140,24 +140,32 @@ def fold_config(base: TrainConfig, detector: Detector, cfg: FewShotConfig,
     """The params' train section with the few-shot budget and the detector's task and rule."""
     scratch_lr = cfg.scratch_lr or base.learning_rate
     lr = (cfg.finetune_lr or scratch_lr) if init is not None else scratch_lr
-    voting = detector.voting
     return dataclasses.replace(
         base, seed=cfg.seed, epochs=cfg.epochs, batch_size=cfg.batch_size, learning_rate=lr,
         eta_min=min(base.eta_min, lr), warmup_epochs=min(base.warmup_epochs, cfg.epochs),
-        binary=detector.binary, input_norm=detector.input_norm, prob_mode=voting.prob_mode,
-        decision_rule=voting.rule, vote_fraction=voting.vote_fraction,
+        binary=detector.binary, input_norm=detector.input_norm,
         init_checkpoint=str(init) if init is not None else "", reset_optimizer=True,
         keep_last_checkpoints=1, log_every_steps=0, compile=False)
 
 
+def fold_decision(base: DecisionConfig, detector: Detector) -> DecisionConfig:
+    """The params' `decision` grid with the detector's own rule and probability mode."""
+    voting = detector.voting
+    return dataclasses.replace(base, prob_mode=voting.prob_mode, rule=voting.rule,
+                               vote_fraction=voting.vote_fraction)
+
+
 def train_detector(detector: Detector, split_paths: tuple[Path, Path], cfg: TrainConfig,
-                   checkpoint_dir: Path, device: torch.device) -> tuple[Detector, dict[str, Any]]:
+                   decision: DecisionConfig, checkpoint_dir: Path,
+                   scoring: Scoring) -> tuple[Detector, dict[str, Any]]:
     """``fit()`` on the fold's splits -> the adapted detector (val-chosen threshold) and how
     training went."""
-    data = prepare_training(*split_paths, PLAN, cfg, device, recheck=False)
+    runtime = scoring.runtime
+    data = prepare_training(*split_paths, PLAN, cfg, runtime.device, recheck=False)
     try:
-        result = fit(detector.model_cfg, cfg, train_source=data.train_source,
-                     val_data=data.val_data, class_counts=data.class_counts,
+        result = fit(detector.model_cfg, cfg, runtime=runtime,
+                     decision=fold_decision(decision, detector), train_source=data.train_source,
+                     val=data.val, class_counts=data.class_counts,
                      tracker=NullTracker(), checkpoint_dir=checkpoint_dir,
                      features=data.features.to_dict())
     finally:
@@ -171,7 +179,8 @@ def train_detector(detector: Detector, split_paths: tuple[Path, Path], cfg: Trai
 
 
 def leave_one_out(detector: Detector, recordings: list[RealRecording], base: TrainConfig,
-                  cfg: FewShotConfig, work_dir: Path, device: torch.device) -> list[Fold]:
+                  decision: DecisionConfig, cfg: FewShotConfig, work_dir: Path,
+                  scoring: Scoring) -> list[Fold]:
     """One fold per recording: fine-tune and from scratch on the others, score the held-out."""
     label_of = data_labels(detector, [r.label for r in recordings], cfg.noleak_as)
     init = write_init_checkpoint(detector, work_dir / INIT_NAME)
@@ -187,22 +196,23 @@ def leave_one_out(detector: Detector, recordings: list[RealRecording], base: Tra
         methods = {}
         for method in METHODS:
             train_cfg = fold_config(base, detector, cfg, init if method == "finetune" else None)
-            adapted, info = train_detector(detector, paths, train_cfg, folder / method, device)
-            scored = score_recordings(adapted, [held], device)
+            adapted, info = train_detector(detector, paths, train_cfg, decision,
+                                           folder / method, scoring)
+            scored = score_recordings(adapted, [held], scoring)
             methods[method] = MethodResult(scored.table, adapted.threshold,
-                                           _scored(adapted, background, device), info)
+                                           _scored(adapted, background, scoring), info)
             log.info("fold %d/%d (held out %s, %s) %s: mean leak prob %.3f, threshold %.2f",
                      k + 1, len(recordings), held.recording_id, held.label, method,
                      scored.table.scores.mean(), adapted.threshold)
         folds.append(Fold(held.recording_id, held.label,
                           tuple(r.recording_id for r in others), both, methods,
-                          _scored(detector, background, device)))
+                          _scored(detector, background, scoring)))
     return folds
 
 
 def _scored(detector: Detector, recordings: list[RealRecording] | None,
-            device: torch.device) -> ClipTable | None:
-    return None if recordings is None else score_recordings(detector, recordings, device).table
+            scoring: Scoring) -> ClipTable | None:
+    return None if recordings is None else score_recordings(detector, recordings, scoring).table
 
 
 def _finite(value: float) -> float | None:

@@ -15,12 +15,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from leakpipe.config import TrainConfig
+from leakpipe.config import DecisionConfig, RuntimeConfig, TrainConfig
 from leakpipe.detector import load_detector
+from leakpipe.predict import scoring_rules
 from leakpipe.realcheck import report
 from leakpipe.realcheck.fewshot import FewShotConfig, leave_one_out
-from leakpipe.realcheck.scoring import load_recordings, score_recordings
-from leakpipe.train.fit import resolve_device
+from leakpipe.realcheck.scoring import Scoring, load_recordings, score_recordings
+from leakpipe.runtime import make_runtime
 
 log = logging.getLogger(__name__)
 
@@ -29,18 +30,20 @@ CONFIDENCE = 0.95
 
 
 def sim_to_real(detector_path: Path, real_dir: Path, base: TrainConfig,
-                cfg: FewShotConfig | None, *, resamples: int = RESAMPLES,
-                confidence: float = CONFIDENCE, seeds: int = 1) -> dict[str, Any]:
+                cfg: FewShotConfig | None, *, runtime: RuntimeConfig, decision: DecisionConfig,
+                params: Path, resamples: int = RESAMPLES, confidence: float = CONFIDENCE,
+                seeds: int = 1) -> dict[str, Any]:
     """Score ``real_dir`` with the detector; with ``cfg``, also the few-shot folds, for
     ``seeds`` training seeds from ``cfg.seed`` on (the first seed's folds in full, the spread
     over all of them in ``few_shot_seeds``)."""
     start = time.perf_counter()
     detector = load_detector(Path(detector_path))
-    device = resolve_device(base.device)
-    recordings = load_recordings(Path(real_dir), detector)
+    scoring = Scoring(make_runtime(runtime.device, runtime.amp, runtime.channels_last),
+                      scoring_rules(detector, params))
+    recordings = load_recordings(Path(real_dir), detector, scoring.rules.min_clip_fraction)
     log.info("sim_to_real: %d recordings, %d clips", len(recordings),
              sum(len(r.mel) for r in recordings))
-    zero = score_recordings(detector, recordings, device)
+    zero = score_recordings(detector, recordings, scoring)
     summary: dict[str, Any] = {
         "detector": {"path": str(detector_path), **report.detector_info(detector)},
         "recordings": {r.recording_id: r.label for r in recordings},
@@ -52,7 +55,8 @@ def sim_to_real(detector_path: Path, real_dir: Path, base: TrainConfig,
         for seed in range(cfg.seed, cfg.seed + max(1, seeds)):
             run_cfg = dataclasses.replace(cfg, seed=seed)
             with tempfile.TemporaryDirectory(prefix="leakpipe-fewshot-") as work:
-                folds = leave_one_out(detector, recordings, base, run_cfg, Path(work), device)
+                folds = leave_one_out(detector, recordings, base, decision, run_cfg, Path(work),
+                                      scoring)
             per_seed[seed] = report.few_shot(folds, zero, detector, recordings)
         summary["few_shot"] = {"config": _config(cfg, base), **per_seed[cfg.seed]}
         if len(per_seed) > 1:

@@ -15,26 +15,27 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from leakpipe.audio.io import load_clips
 from leakpipe.constants import LEAK_CLASS
 from leakpipe.data.manifest import discover
+from leakpipe.decision.voting import file_scores
 from leakpipe.detector import Detector
 from leakpipe.errors import DataError
-from leakpipe.evaluate.forward import segment_cap
-from leakpipe.evaluate.voting import file_scores
 from leakpipe.features.mel import clip_features
-from leakpipe.predict import (
-    CPU_MAX_BATCH_SEGMENTS,
-    MAX_BATCH_SEGMENTS,
-    MIN_CLIP_FRACTION,
-    score_segments,
-)
+from leakpipe.predict import ScoringRules, score_segments
 from leakpipe.realcheck.metrics import ClipTable
-from leakpipe.train.loop import resolve_precision
+from leakpipe.runtime import Runtime
 
 GROUP_BY = "file"      # every real recording is its own group
+
+
+@dataclass(frozen=True)
+class Scoring:
+    """Where the check runs the networks and by which rules (`leakpipe predict`'s)."""
+
+    runtime: Runtime
+    rules: ScoringRules
 
 
 @dataclass(frozen=True)
@@ -51,7 +52,8 @@ class RealRecording:
         return self.label == LEAK_CLASS
 
 
-def load_recordings(root: Path, detector: Detector) -> list[RealRecording]:
+def load_recordings(root: Path, detector: Detector,
+                    min_clip_fraction: float) -> list[RealRecording]:
     """Every recording under ``root`` (class folders), cut and turned into features."""
     recordings = discover(Path(root), GROUP_BY)
     classes = sorted({r.label for r in recordings})
@@ -60,18 +62,18 @@ def load_recordings(root: Path, detector: Detector) -> list[RealRecording]:
                         f"<root>/NOLEAK/*.wav), found classes {classes}")
     out = []
     for rec in recordings:
-        clips = load_clips(rec.path, detector.features, None, MIN_CLIP_FRACTION)  # (C, samples)
+        clips = load_clips(rec.path, detector.features, None, min_clip_fraction)  # (C, samples)
         out.append(RealRecording(rec.recording_id, rec.label, rec.path,
                                  clip_features(clips, detector.features)))
     return out
 
 
-def segment_probs(detector: Detector, mel: np.ndarray, device: torch.device) -> np.ndarray:
+def segment_probs(detector: Detector, mel: np.ndarray, scoring: Scoring) -> np.ndarray:
     """(clips, L, S, M, T) -> (clips, L, S) segment leak probabilities (predict's path)."""
-    model = detector.inference_model().to(device)
-    budget = segment_cap(MAX_BATCH_SEGMENTS, CPU_MAX_BATCH_SEGMENTS, device)
-    return score_segments(detector, model, mel, device, resolve_precision("auto", device),
-                          budget)
+    runtime = scoring.runtime
+    model = detector.inference_model().to(runtime.device)
+    return score_segments(detector, model, mel, runtime,
+                          scoring.rules.limits.cap(runtime.device))
 
 
 def clip_scores(detector: Detector, seg_probs: np.ndarray) -> np.ndarray:
@@ -95,11 +97,11 @@ class Scored:
 
 
 def score_recordings(detector: Detector, recordings: list[RealRecording],
-                     device: torch.device) -> Scored:
+                     scoring: Scoring) -> Scored:
     """Score every clip of every recording with ``detector``."""
     parts, whole = [], {}
     for rec in recordings:
-        probs = segment_probs(detector, rec.mel, device)              # (clips, L, S)
+        probs = segment_probs(detector, rec.mel, scoring)             # (clips, L, S)
         parts.append(ClipTable(clip_scores(detector, probs),
                                np.full(len(rec.mel), int(rec.is_leak)),
                                np.full(len(rec.mel), rec.recording_id, dtype=object)))

@@ -18,7 +18,6 @@ resuming a run that already ended. Only an unfinished run (crash, signal) is res
 from __future__ import annotations
 
 import logging
-import os
 import pickle
 import random
 import re
@@ -31,6 +30,8 @@ import torch
 from torch import nn
 
 from leakpipe.errors import LeakpipeError
+from leakpipe.files import save_torch_atomic
+from leakpipe.model import model_state, strip_prefixes, unwrap
 
 log = logging.getLogger(__name__)
 
@@ -41,37 +42,11 @@ BEST_NAME = "best.pt"
 PARTIAL_NAME = "partial.pt"
 FINISHED_NAME = "finished"
 RUN_ID_NAME = "run_id"        # the MLflow run of the latest attempt (train stage)
-TMP_PREFIX = "."
-TMP_SUFFIX = ".tmp"
-WRAPPER_PREFIXES = ("_orig_mod.", "module.")  # torch.compile, DistributedDataParallel
 REQUIRED_KEYS = ("version", "model", "epoch")
 
 
 class CheckpointError(LeakpipeError):
     """A checkpoint that cannot be read or does not fit this run; the message names the file."""
-
-
-def unwrap(model: nn.Module) -> nn.Module:
-    """The plain module inside torch.compile / DDP wrappers."""
-    for attr in ("_orig_mod", "module"):
-        inner = getattr(model, attr, None)
-        if isinstance(inner, nn.Module):
-            return unwrap(inner)
-    return model
-
-
-def strip_prefixes(state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Remove wrapper prefixes from state-dict keys."""
-    out = {}
-    for key, value in state.items():
-        while key.startswith(WRAPPER_PREFIXES):
-            key = key.split(".", 1)[1]
-        out[key] = value
-    return out
-
-
-def model_state(model: nn.Module) -> dict[str, torch.Tensor]:
-    return strip_prefixes(unwrap(model).state_dict())
 
 
 def rng_state() -> dict[str, Any]:
@@ -111,33 +86,6 @@ def make_checkpoint(*, model: nn.Module, epoch: int, step: int, **parts: Any) ->
             "step": step, "rng": rng_state(), **parts}
 
 
-def save_atomic(obj: Any, path: Path) -> None:
-    """torch.save to a temporary sibling, fsync, rename: ``path`` is old or new, never partial."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{TMP_PREFIX}{path.name}{TMP_SUFFIX}")
-    try:
-        with open(tmp, "wb") as handle:
-            torch.save(obj, handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    _fsync_dir(path.parent)
-
-
-def _fsync_dir(directory: Path) -> None:
-    """Make the rename itself durable (POSIX); a no-op where folders cannot be opened."""
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def epoch_path(directory: Path, epoch: int) -> Path:
     return directory / EPOCH_NAME.format(epoch=epoch)
 
@@ -166,8 +114,8 @@ def save_checkpoint(ckpt: Mapping[str, Any], directory: Path, *, keep_last: int,
     """
     path = epoch_path(directory, int(ckpt["epoch"]))
     if is_best:
-        save_atomic(ckpt, directory / BEST_NAME)
-    save_atomic(ckpt, path)
+        save_torch_atomic(ckpt, directory / BEST_NAME)
+    save_torch_atomic(ckpt, path)
     prune(directory, keep_last)
     log.debug("checkpoint %s%s", path, " (best)" if is_best else "")
     return path
@@ -188,7 +136,7 @@ def partial_path(directory: Path) -> Path:
 def save_partial(ckpt: Mapping[str, Any], directory: Path) -> Path:
     """Write the mid-epoch checkpoint (one per folder, replaced atomically)."""
     path = partial_path(directory)
-    save_atomic(ckpt, path)
+    save_torch_atomic(ckpt, path)
     log.debug("mid-epoch checkpoint %s", path)
     return path
 

@@ -30,30 +30,21 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
-from leakpipe.config import ModelConfig, TrainConfig
+from leakpipe.config import DecisionConfig, ModelConfig, TrainConfig
 from leakpipe.errors import LeakpipeError
-from leakpipe.evaluate.voting import VotingConfig, threshold_grid
-from leakpipe.model import create_model
+from leakpipe.model import create_model, model_state
+from leakpipe.runtime import Runtime
 from leakpipe.tracking import Tracker
 from leakpipe.train import checkpoint as ckpt_io
 from leakpipe.train.distributed import Distributed
 from leakpipe.train.early_stopping import BestTracker, EarlyStopping, Mode
 from leakpipe.train.interrupt import StopRequested
-from leakpipe.train.loop import (
-    Batch,
-    EpochProgress,
-    EvalResult,
-    EvalSettings,
-    TrainEpochResult,
-    ValData,
-    evaluate_split,
-    resolve_precision,
-    train_one_epoch,
-)
+from leakpipe.train.loop import Batch, EpochProgress, TrainEpochResult, train_one_epoch
 from leakpipe.train.losses import LossConfig, build_loss
 from leakpipe.train.optim import create_optimization, steps_per_epoch
 from leakpipe.train.resume import RESUME_FREE_KEYS, restore
-from leakpipe.train.state import RunState, TorchSetup
+from leakpipe.train.state import RunState
+from leakpipe.train.validation import EvalResult, ValSplit, validate
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +52,7 @@ MONITOR_MODES: dict[str, Mode] = {"val/file_f1": "max", "val/loss": "min"}
 FALLBACK_MONITOR = "val/loss"
 FILE_LABELS = ("not LEAK", "LEAK")   # rows / columns of the file-level confusion matrix
 EpochCallback = Callable[[int, dict[str, float]], None]
-__all__ = ["RESUME_FREE_KEYS", "CompileError", "FitOptions", "FitResult", "TorchSetup", "fit"]
+__all__ = ["RESUME_FREE_KEYS", "CompileError", "FitOptions", "FitResult", "fit"]
 
 
 class CompileError(LeakpipeError):
@@ -124,29 +115,18 @@ class FitResult:
     best_confusion: dict[str, Any] | None = None   # val confusion matrices of the best epoch
 
 
-def resolve_device(name: str) -> torch.device:
-    """'auto' -> cuda when available, else cpu."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise LeakpipeError("train.device: 'cuda' asked for, but no CUDA device is available")
-    return torch.device(name)
-
-
-def configure_torch(cfg: TrainConfig, device: torch.device) -> TorchSetup:
+def configure_torch(cfg: TrainConfig, runtime: Runtime) -> None:
     """Seeds and every torch performance / determinism switch, in one place."""
     random.seed(cfg.seed)
     np.random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
-    cuda = device.type == "cuda"
+    cuda = runtime.device.type == "cuda"
     # Deterministic kernels on CPU; on CUDA some (pooling backward) have no such variant.
     torch.use_deterministic_algorithms(not cuda, warn_only=False)
     if cuda:
         torch.backends.cudnn.benchmark = True
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
-    return TorchSetup(device=device, precision=resolve_precision(cfg.amp, device),
-                      channels_last=cfg.channels_last and cuda)
 
 
 def compile_model(model: nn.Module, cfg: TrainConfig) -> nn.Module:
@@ -163,19 +143,23 @@ def compile_model(model: nn.Module, cfg: TrainConfig) -> nn.Module:
                            f"{exc}") from exc
 
 
-def fit(model_cfg: ModelConfig, train_cfg: TrainConfig, *, train_source: TrainSource,
-        val_data: ValData, class_counts: Sequence[int], tracker: Tracker,
+def fit(model_cfg: ModelConfig, train_cfg: TrainConfig, *, runtime: Runtime,
+        decision: DecisionConfig, train_source: TrainSource, val: ValSplit,
+        class_counts: Sequence[int], tracker: Tracker,
         checkpoint_dir: Path, features: Mapping[str, Any] | None = None,
         on_epoch: EpochCallback | None = None, options: FitOptions | None = None) -> FitResult:
     """Train, validate on the whole val split every epoch, checkpoint, stop early.
 
-    ``class_counts`` are the training files per task class (before oversampling);
+    ``runtime`` says where the network runs (each DDP rank moves it to its own device),
+    ``decision`` how validation decides files; ``class_counts`` are the training files per task
+    class (before oversampling);
     ``on_epoch(epoch, metrics)`` runs after each epoch's checkpoint (tuning prunes there).
     Raises ``StopRequested`` after checkpointing when ``options.should_stop`` says so.
     """
     opts = options or FitOptions()
-    setup = configure_torch(train_cfg, opts.dist.device(resolve_device(train_cfg.device)))
-    run = _build(model_cfg, train_cfg, setup, len(train_source), val_data, class_counts,
+    runtime = runtime.on(opts.dist.device(runtime.device))
+    configure_torch(train_cfg, runtime)
+    run = _build(model_cfg, train_cfg, runtime, decision, len(train_source), val, class_counts,
                  features, opts.data_id)
     directory = Path(checkpoint_dir)
     resumed = restore(run, directory)
@@ -188,7 +172,7 @@ def fit(model_cfg: ModelConfig, train_cfg: TrainConfig, *, train_source: TrainSo
         train = _train(run, trainer, train_source, epoch, opts)
         if train.stopped is not None:
             _stop_mid_epoch(run, train_source, train.stopped, epoch, directory, opts)
-        summary = _validate(run, runner, train, train_source, val_data, epoch, opts)
+        summary = _validate(run, runner, train, train_source, val, epoch, opts)
         if opts.dist.is_main:
             tracker.log_metrics(summary.metrics, step=epoch)
         _decide_and_save(run, summary, epoch, directory, save=opts.dist.is_main)
@@ -199,26 +183,25 @@ def fit(model_cfg: ModelConfig, train_cfg: TrainConfig, *, train_source: TrainSo
     return _result(run, directory, resumed, epochs_run=run.next_epoch - start)
 
 
-def _build(model_cfg: ModelConfig, train_cfg: TrainConfig, setup: TorchSetup, n_batches: int,
-           val_data: ValData, class_counts: Sequence[int],
-           features: Mapping[str, Any] | None,
+def _build(model_cfg: ModelConfig, train_cfg: TrainConfig, runtime: Runtime,
+           decision: DecisionConfig, n_batches: int, val: ValSplit,
+           class_counts: Sequence[int], features: Mapping[str, Any] | None,
            data_id: Mapping[str, str] | None) -> RunState:
-    names = tuple(val_data.class_names)
+    names = val.class_names
     if len(class_counts) != len(names):
         raise ValueError(f"class_counts has {len(class_counts)} entries for classes {names}")
-    model = create_model(model_cfg, len(names)).to(setup.device)
-    if setup.channels_last:
-        model = model.to(memory_format=torch.channels_last)
-    monitor, mode = _monitor(train_cfg, val_data)
-    loss_fn = build_loss(LossConfig.from_train(train_cfg), class_counts, val_data.leak_index,
-                         setup.device)
-    optim = create_optimization(model, train_cfg, setup.device,
+    model = runtime.place(create_model(model_cfg, len(names)))
+    monitor, mode = _monitor(train_cfg, val)
+    loss_fn = build_loss(LossConfig.from_train(train_cfg), class_counts,
+                         val.leak_index, runtime.device)
+    optim = create_optimization(model, train_cfg, runtime.device,
                                 steps_per_epoch(n_batches, train_cfg.grad_accum_steps),
-                                scaler_enabled=setup.precision.scaler)
-    config = {"model": dataclasses.asdict(model_cfg), "train": dataclasses.asdict(train_cfg)}
+                                scaler_enabled=runtime.scaler)
+    config = {"model": dataclasses.asdict(model_cfg), "train": dataclasses.asdict(train_cfg),
+              "decision": dataclasses.asdict(decision)}
     if data_id:
         config["data"] = dict(data_id)
-    return RunState(cfg=train_cfg, setup=setup, settings=_eval_settings(train_cfg),
+    return RunState(cfg=train_cfg, runtime=runtime, decision=decision,
                     model=model, optim=optim, loss_fn=loss_fn,
                     stopper=EarlyStopping(monitor, mode, train_cfg.early_stop_patience,
                                           train_cfg.early_stop_min_delta),
@@ -226,22 +209,13 @@ def _build(model_cfg: ModelConfig, train_cfg: TrainConfig, setup: TorchSetup, n_
                     config=config)
 
 
-def _monitor(cfg: TrainConfig, val_data: ValData) -> tuple[str, Mode]:
-    has_leak = bool(np.any(np.asarray(val_data.labels) == val_data.leak_index))
+def _monitor(cfg: TrainConfig, val: ValSplit) -> tuple[str, Mode]:
+    has_leak = bool(np.any(np.asarray(val.labels) == val.leak_index))
     if cfg.monitor == "val/file_f1" and not has_leak:
         log.warning("the val split holds no LEAK file: early stopping monitors %s instead of %s",
                     FALLBACK_MONITOR, cfg.monitor)
         return FALLBACK_MONITOR, MONITOR_MODES[FALLBACK_MONITOR]
     return cfg.monitor, MONITOR_MODES[cfg.monitor]
-
-
-def _eval_settings(cfg: TrainConfig) -> EvalSettings:
-    return EvalSettings(
-        voting=VotingConfig(prob_mode=cfg.prob_mode, rule=cfg.decision_rule,
-                            vote_fraction=cfg.vote_fraction),
-        thresholds=threshold_grid(cfg.threshold_min, cfg.threshold_max, cfg.threshold_step),
-        segment_threshold=cfg.segment_threshold, batch_size=cfg.batch_size,
-        input_norm=cfg.input_norm)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -255,12 +229,10 @@ def _train(run: RunState, trainer: nn.Module, source: TrainSource, epoch: int,
     batches: Iterable[Batch] = source.epoch(epoch)
     if opts.probe is not None:
         batches = opts.probe.batches(epoch, batches)
-    setup = run.setup
     with tqdm(batches, total=len(source), initial=resume.micro if resume else 0,
               desc=f"epoch {epoch + 1}/{run.cfg.epochs}", unit="batch", leave=False,
               disable=not (opts.progress and opts.dist.is_main)) as bar:
-        return train_one_epoch(trainer, bar, run.loss_fn, run.optim, setup.precision,
-                               device=setup.device, channels_last=setup.channels_last,
+        return train_one_epoch(trainer, bar, run.loss_fn, run.optim, run.runtime,
                                log_every=run.cfg.log_every_steps, epoch=epoch,
                                should_stop=_stop_poll(opts), resume=resume)
 
@@ -317,18 +289,16 @@ def _stop_mid_epoch(run: RunState, source: TrainSource, progress: EpochProgress,
 
 
 def _validate(run: RunState, runner: nn.Module, train: TrainEpochResult, source: TrainSource,
-              val_data: ValData, epoch: int, opts: FitOptions) -> EpochSummary:
+              val: ValSplit, epoch: int, opts: FitOptions) -> EpochSummary:
     """Rank 0 validates the whole split; every rank gets its metrics, diagnosis, confusion."""
     train = opts.dist.reduce_train(train)
     summary = None
     if opts.dist.is_main:
         probe = opts.probe.epoch_metrics(epoch, source) if opts.probe is not None else {}
-        setup = run.setup
-        val = evaluate_split(runner, val_data, run.loss_fn, setup.precision, run.settings,
-                             device=setup.device, channels_last=setup.channels_last)
-        metrics = {"epoch": float(epoch), **train.metrics(), **probe, **val.metrics("val")}
-        _log_epoch(run, epoch, train, val)
-        summary = EpochSummary(metrics, val.diagnosis or "", _confusion(val))
+        result = validate(runner, val, run.loss_fn, run.decision, run.runtime)
+        metrics = {"epoch": float(epoch), **train.metrics(), **probe, **result.metrics("val")}
+        _log_epoch(run, epoch, train, result)
+        summary = EpochSummary(metrics, result.diagnosis or "", _confusion(result))
     return opts.dist.broadcast(summary)
 
 
@@ -356,7 +326,7 @@ def _decide_and_save(run: RunState, summary: EpochSummary, epoch: int, directory
     improved = run.best.update(value, epoch)
     if improved:
         run.best_state = {k: v.detach().clone().cpu()
-                          for k, v in ckpt_io.model_state(run.model).items()}
+                          for k, v in model_state(run.model).items()}
         run.best_confusion = summary.confusion
     run.history.append(metrics)
     run.diagnoses.append(summary.diagnosis)

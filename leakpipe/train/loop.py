@@ -1,10 +1,10 @@
-"""One training epoch and one full-split evaluation: small result dataclasses, no I/O.
+"""One training epoch: a small result dataclass, no I/O.
 
 Batches are ``(x (B, 1, n_mels, T), y (B,) int64 task labels, file index (B,))``. Mixed
-precision is one ``torch.autocast`` plus a ``GradScaler(enabled=...)``: no ``if amp:`` branches.
-Metrics accumulate on the device; each function syncs with the host once at its end (and at
-every ``log_every`` optimizer steps when asked). Validation covers EVERY segment of the split
-(the original validated on 40 unshuffled batches, so its metrics described a few files only).
+precision is the runtime's one ``torch.autocast`` plus a ``GradScaler(enabled=...)``: no
+``if amp:`` branches. Metrics accumulate on the device and reach the host once at the end of
+the epoch (and every ``log_every`` optimizer steps when asked). Validation is
+``leakpipe.train.validation`` over the one scoring path.
 
 A training epoch can stop between optimizer steps (``should_stop``, polled after each step: a
 signal handler's flag) and hand back its ``EpochProgress``; passing that progress back as
@@ -19,51 +19,18 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor, nn
 
-from leakpipe.data.input_norm import NORM_NONE, normalize_clips
-from leakpipe.data.schema import leak_index, task_classes, task_labels
-from leakpipe.evaluate.metrics import best_index, binary_metrics, diagnose, dominant_class
-from leakpipe.evaluate.voting import VotingConfig, decide, file_scores, segment_leak_prob
+from leakpipe.runtime import Runtime
 from leakpipe.train.losses import LossFn, NonFiniteWatch
 from leakpipe.train.optim import Optimization
 
 log = logging.getLogger(__name__)
 
 Batch = tuple[Tensor, Tensor, Tensor]
-AMP_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
-OFF_DTYPE = torch.bfloat16  # any autocast-supported dtype; unused while disabled
-
-
-@dataclass(frozen=True)
-class Precision:
-    """Autocast and loss-scaling settings, resolved once per run."""
-
-    device_type: str
-    dtype: torch.dtype
-    enabled: bool
-    scaler: bool
-
-    def autocast(self) -> torch.autocast:
-        return torch.autocast(self.device_type, dtype=self.dtype, enabled=self.enabled)
-
-
-def resolve_precision(amp: str, device: torch.device) -> Precision:
-    """auto = fp16 + GradScaler on CUDA, off elsewhere; bf16 never needs a scaler."""
-    mode = ("fp16" if device.type == "cuda" else "off") if amp == "auto" else amp
-    if mode == "off":
-        return Precision(device.type, OFF_DTYPE, enabled=False, scaler=False)
-    return Precision(device.type, AMP_DTYPES[mode], enabled=True, scaler=mode == "fp16")
-
-
-def to_device(x: Tensor, device: torch.device, channels_last: bool) -> Tensor:
-    """float32 on ``device`` (stored data may be float16), optionally channels_last."""
-    x = x.to(device, non_blocking=True).float()                     # (B, 1, n_mels, T)
-    return x.contiguous(memory_format=torch.channels_last) if channels_last else x
 
 
 class _Sums:
@@ -169,8 +136,7 @@ class _EpochState:
 
 
 def train_one_epoch(model: nn.Module, batches: Iterable[Batch], loss_fn: LossFn,
-                    optim: Optimization, precision: Precision, *, device: torch.device,
-                    channels_last: bool = False, log_every: int = 0, epoch: int = 0,
+                    optim: Optimization, runtime: Runtime, *, log_every: int = 0, epoch: int = 0,
                     should_stop: Callable[[], bool] | None = None,
                     resume: EpochProgress | None = None) -> TrainEpochResult:
     """One pass over ``batches`` with gradient accumulation; raises on a non-finite loss.
@@ -179,11 +145,12 @@ def train_one_epoch(model: nn.Module, batches: Iterable[Batch], loss_fn: LossFn,
     there and the result's ``stopped`` holds the progress that ``resume`` continues from.
     """
     model.train()
+    device = runtime.device
     sums, state = _start_state(device, resume)
     watch = NonFiniteWatch(device)
     for x, y, _ in batches:
-        x, y = to_device(x, device, channels_last), y.to(device, non_blocking=True)
-        with precision.autocast():
+        x, y = runtime.to_device(x), y.to(device, non_blocking=True)
+        with runtime.autocast():
             logits, leak_logit = model(x)                           # (B, C), (B,)
             parts = loss_fn(logits, leak_logit, y)
         optim.backward(parts.total)
@@ -242,154 +209,3 @@ def _train_result(sums: dict[str, float], state: _EpochState) -> TrainEpochResul
         grad_norm_max=sums.get("grad_max", 0.0), skipped_steps=state.steps - int(finite),
         optimizer_steps=state.steps, n_segments=state.n_segments,
         seconds=time.perf_counter() - state.start)
-
-
-# ---------------------------------------------------------------------------------------------
-# Evaluation over a whole split
-# ---------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ValData:
-    """A whole split for evaluation, read file by file in order.
-
-    ``mel`` is (F, L, S, n_mels, T) and sliceable along F: a NumPy array, a torch tensor (also a
-    resident one on the device) or an h5py dataset (streamed).
-    """
-
-    mel: Any
-    labels: np.ndarray               # (F,) class indices in the task's class space
-    class_names: tuple[str, ...]     # the task's classes
-
-    @classmethod
-    def from_reader(cls, reader: Any, binary: bool) -> ValData:
-        """From a ``SplitReader``: labels and classes mapped by the one label mapping."""
-        return cls(mel=reader.mel, labels=task_labels(reader.labels, reader.class_names, binary),
-                   class_names=task_classes(reader.class_names, binary))
-
-    @property
-    def leak_index(self) -> int:
-        return leak_index(self.class_names)
-
-    @property
-    def n_files(self) -> int:
-        return int(self.mel.shape[0])
-
-    @property
-    def segments_per_file(self) -> tuple[int, int]:
-        return int(self.mel.shape[1]), int(self.mel.shape[2])
-
-
-@dataclass(frozen=True)
-class EvalSettings:
-    """How an evaluation turns outputs into decisions."""
-
-    voting: VotingConfig
-    thresholds: np.ndarray       # (K,) file-level threshold grid
-    segment_threshold: float
-    batch_size: int              # segments per forward pass (rounded down to whole files)
-    input_norm: str = NORM_NONE  # per-clip normalisation of the input (train.input_norm)
-
-
-@dataclass(frozen=True)
-class EvalResult:
-    loss: float
-    accuracy: float                  # segment-level, over every class
-    segment: dict[str, float]        # leak metrics per segment at the segment threshold
-    file: dict[str, float]           # leak metrics per file at ``threshold``
-    threshold: float                 # grid threshold with the best file F1
-    file_f1_curve: np.ndarray        # (K,) file F1 per grid threshold
-    class_names: tuple[str, ...]
-    pred_counts: tuple[int, ...]     # predicted class per segment, counted
-    true_counts: tuple[int, ...]
-    diagnosis: str | None
-    seconds: float
-    seg_probs: np.ndarray            # (F, L, S) leak probability per segment
-    confusion: np.ndarray            # (C, C) segments: true class (rows) x predicted (columns)
-    file_confusion: np.ndarray       # (2, 2) files at ``threshold``: [[tn, fp], [fn, tp]]
-
-    def metrics(self, prefix: str = "val") -> dict[str, float]:
-        total = max(1, sum(self.pred_counts))
-        out = {f"{prefix}/loss": self.loss, f"{prefix}/accuracy": self.accuracy,
-               f"{prefix}/file_threshold": self.threshold, f"perf/{prefix}_seconds": self.seconds}
-        out.update({f"{prefix}/seg_{k}": v for k, v in self.segment.items()})
-        out.update({f"{prefix}/file_{k}": v for k, v in self.file.items()})
-        out.update({f"{prefix}/pred_share/{name}": c / total
-                    for name, c in zip(self.class_names, self.pred_counts, strict=True)})
-        return out
-
-
-def evaluate_split(model: nn.Module, data: ValData, loss_fn: LossFn, precision: Precision,
-                   settings: EvalSettings, *, device: torch.device,
-                   channels_last: bool = False) -> EvalResult:
-    """Leak probability of every segment of ``data``, then segment- and file-level metrics."""
-    model.eval()
-    start = time.perf_counter()
-    probs, sums, confusion = _forward_split(model, data, loss_fn, precision, settings,
-                                            device=device, channels_last=channels_last)
-    n_long, n_short = data.segments_per_file
-    seg_probs = probs.reshape(data.n_files, n_long, n_short)        # (F, L, S)
-    return _eval_result(seg_probs, sums, confusion, data, settings, time.perf_counter() - start)
-
-
-def _forward_split(model: nn.Module, data: ValData, loss_fn: LossFn, precision: Precision,
-                   settings: EvalSettings, *, device: torch.device,
-                   channels_last: bool) -> tuple[np.ndarray, dict[str, float], np.ndarray]:
-    n_classes, per_file = len(data.class_names), int(np.prod(data.segments_per_file))
-    files_per_batch = max(1, settings.batch_size // per_file)
-    labels = torch.as_tensor(data.labels, dtype=torch.int64, device=device)   # (F,)
-    sums, watch, probs = _Sums(device), NonFiniteWatch(device), []
-    confusion = torch.zeros(n_classes * n_classes, dtype=torch.int64, device=device)
-    with torch.inference_mode():
-        for start in range(0, data.n_files, files_per_batch):
-            x = _segments(data.mel[start:start + files_per_batch], device, channels_last,
-                          settings.input_norm)
-            y = labels[start:start + files_per_batch].repeat_interleave(per_file)  # (B,)
-            with precision.autocast():
-                logits, leak_logit = model(x)                       # (B, C), (B,)
-                parts = loss_fn(logits, leak_logit, y)
-            watch.update(parts, start)
-            sums.add(loss=parts.total * len(y))
-            probs.append(segment_leak_prob(logits, leak_logit, data.leak_index,
-                                           settings.voting.prob_mode))
-            cell = y * n_classes + logits.argmax(-1)                # (B,) confusion cell
-            confusion.scatter_add_(0, cell, torch.ones_like(cell))  # bincount would sync on CUDA
-    totals, (all_probs, counts) = _sync(sums, watch, "in validation", torch.cat(probs),
-                                        confusion.view(n_classes, n_classes))
-    return all_probs.astype(np.float32), totals, counts.astype(np.int64)
-
-
-def _segments(block: Any, device: torch.device, channels_last: bool,
-              norm: str = NORM_NONE) -> Tensor:
-    """(F', L, S, M, T) block of files -> (F' * L * S, 1, M, T) float32 on ``device``,
-    each file normalised by ``norm``."""
-    x = torch.as_tensor(np.asarray(block)) if not isinstance(block, Tensor) else block
-    if norm != NORM_NONE:
-        x = normalize_clips(x.to(device, non_blocking=True), norm)   # (F', L, S, M, T)
-    return to_device(x.reshape(-1, 1, *x.shape[-2:]), device, channels_last)
-
-
-def _eval_result(seg_probs: np.ndarray, sums: dict[str, float], confusion: np.ndarray,
-                 data: ValData, settings: EvalSettings, seconds: float) -> EvalResult:
-    leak = data.leak_index
-    file_truth = data.labels == leak                                # (F,)
-    seg_truth = np.repeat(file_truth, seg_probs[0].size)            # (F * L * S,)
-    seg = binary_metrics(seg_truth, seg_probs.reshape(-1) >= settings.segment_threshold).at(0)
-    scores = file_scores(seg_probs, settings.voting.rule, settings.voting.vote_fraction)
-    decisions = decide(scores, settings.thresholds)                 # (K, F)
-    files = binary_metrics(file_truth, decisions)
-    best = best_index(files.f1)
-    pred_counts, true_counts = confusion.sum(axis=0), confusion.sum(axis=1)
-    notes = [diagnose(file_truth, decisions[best], scores, float(settings.thresholds[best])),
-             dominant_class(pred_counts, true_counts, data.class_names)]
-    n = max(1, int(confusion.sum()))
-    return EvalResult(
-        loss=sums.get("loss", float("nan")) / n, accuracy=float(np.trace(confusion)) / n,
-        segment=seg, file=files.at(best), threshold=float(settings.thresholds[best]),
-        file_f1_curve=files.f1, class_names=data.class_names,
-        pred_counts=tuple(int(c) for c in pred_counts),
-        true_counts=tuple(int(c) for c in true_counts),
-        diagnosis="; ".join(note for note in notes if note) or None, seconds=seconds,
-        seg_probs=seg_probs, confusion=confusion,
-        file_confusion=np.array([[files.tn[best], files.fp[best]],
-                                 [files.fn[best], files.tp[best]]], dtype=np.int64))

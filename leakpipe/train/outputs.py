@@ -1,5 +1,5 @@
-"""What the train stage writes: the detector, the metrics file, the per-epoch plot data, and the
-validation confusion matrices of the best epoch (JSON + figure).
+"""What the train stage writes: the trained network, the metrics file, the per-epoch plot
+data, and the validation confusion matrices of the best epoch (JSON + figure).
 
 Every file is written to a temporary sibling and renamed, so DVC never caches a partial output.
 Metric names stay hierarchical: ``val/file_f1`` in MLflow is ``{"val": {"file_f1": ...}}`` in
@@ -11,49 +11,25 @@ from __future__ import annotations
 import csv
 import io
 import math
-import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
 from leakpipe.config import ModelConfig, TrainConfig
-from leakpipe.data.input_norm import NORM_NONE, normalize_clips
-from leakpipe.detector import save_detector
-from leakpipe.evaluate.voting import VotingConfig
+from leakpipe.detector import Network, save_network
+from leakpipe.metric_names import nest
 from leakpipe.train.fit import FitResult
-from leakpipe.train.loop import ValData
 from leakpipe.train.session import TrainingData
+from leakpipe.train.validation import ValSplit
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 EPOCH_COLUMN = "epoch"
-SEP = "/"
-TIMING_PREFIX = "perf/"        # metric names of timing figures (vary run to run)
 EXAMPLE_SEGMENTS = 4          # segments in the logged model's input example (>= 2)
 FIGURE_SIZE = (11.0, 4.5)     # inches: segment matrix left, file matrix right
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
-def nest(flat: Mapping[str, Any], sep: str = SEP) -> dict[str, Any]:
-    """{'val/file_f1': 1.0} -> {'val': {'file_f1': 1.0}} (DVC shows it as val.file_f1)."""
-    out: dict[str, Any] = {}
-    for key, value in flat.items():
-        *parents, leaf = key.split(sep)
-        node = out
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[leaf] = value
-    return out
 
 
 def _finite(value: float) -> float | None:
@@ -86,34 +62,23 @@ def _cell(value: float | None) -> str:
 
 def save_model(path: Path, result: FitResult, data: TrainingData, model_cfg: ModelConfig,
                train_cfg: TrainConfig) -> None:
-    """models/model.pt: the best epoch's weights with the threshold chosen on val."""
-    save_detector(path, model=result.model, model_cfg=model_cfg, class_names=data.class_names,
-                  data_class_names=data.data_class_names, binary=train_cfg.binary,
-                  features=data.features,
-                  voting=VotingConfig(prob_mode=train_cfg.prob_mode,
-                                      rule=train_cfg.decision_rule,
-                                      vote_fraction=train_cfg.vote_fraction),
-                  threshold=result.threshold,
-                  metrics=model_metrics(result.best_metrics),
-                  input_norm=train_cfg.input_norm)
+    """models/model.pt: the best epoch's weights and what their inputs must look like.
+
+    No operating point (evaluate chooses it and writes the detector) and no timing figures,
+    so identical weights give identical bytes and the stages reading the file do not re-run
+    for nothing.
+    """
+    save_network(path, Network(model=result.model, model_cfg=model_cfg,
+                               class_names=data.class_names,
+                               data_class_names=data.data_class_names, binary=train_cfg.binary,
+                               features=data.features, input_norm=train_cfg.input_norm))
 
 
-def model_metrics(best: Mapping[str, float]) -> dict[str, float]:
-    """The best epoch's quality figures for the model file: finite values only, and no timing
-    figures (``perf/*``), which differ on every run, so identical weights give identical bytes
-    (and the stages that read the file do not re-run for nothing)."""
-    return {k: v for k, v in best.items() if math.isfinite(v) and not k.startswith(TIMING_PREFIX)}
-
-
-def input_example(val_data: ValData, n: int = EXAMPLE_SEGMENTS,
-                  input_norm: str = NORM_NONE) -> np.ndarray:
-    """The first ``n`` segments of the val split, normalised as the model expects them:
-    (n, 1, n_mels, n_frames) float32."""
-    first = np.asarray(val_data.mel[0:1].cpu() if hasattr(val_data.mel, "cpu")
-                       else val_data.mel[0:1])                      # (1, L, S, M, T)
-    first = normalize_clips(torch.from_numpy(first), input_norm).numpy()
-    segments = first.reshape(-1, 1, *first.shape[-2:])              # (L * S, 1, M, T)
-    return np.ascontiguousarray(segments[:n], dtype=np.float32)
+def input_example(val: ValSplit, n: int = EXAMPLE_SEGMENTS) -> np.ndarray:
+    """The first ``n`` segments of the val split as the model sees them (normalised by the
+    val batches): (n, 1, n_mels, n_frames) float32."""
+    x, _, _ = next(iter(val.batches))                               # (B, 1, M, T)
+    return np.ascontiguousarray(x[:n].float().cpu().numpy(), dtype=np.float32)
 
 
 def confusion_figure(confusion: Mapping[str, Any]) -> Figure:

@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from leakpipe.detector import DETECTOR_FORMAT, NETWORK_FORMAT
 from leakpipe.train import checkpoint as ckpt_io
 from leakpipe.train.state import RunState
 
@@ -100,18 +101,17 @@ def check_same_run(ckpt: Mapping[str, Any], run: RunState, path: Path) -> None:
 
 
 def _init_source(path: Path, reset_optimizer: bool, input_norm: str) -> dict[str, Any]:
-    """A training checkpoint as is, or a detector file (models/model.pt, detector.pt) as its
-    weights and classes: what a user fine-tunes is usually the shipped detector."""
-    from leakpipe.detector import DETECTOR_FORMAT  # the detector module imports training's
-
+    """A training checkpoint as is, or a network / detector file (models/model.pt,
+    models/detector.pt) as its weights and classes: what a user fine-tunes is usually the
+    shipped detector."""
     try:
         raw = torch.load(path, map_location="cpu", weights_only=True)
     except (OSError, RuntimeError, EOFError, ValueError, pickle.UnpicklingError):
         raw = None  # load_checkpoint below names the problem
-    if not (isinstance(raw, dict) and raw.get("format") == DETECTOR_FORMAT):
+    if not (isinstance(raw, dict) and raw.get("format") in (NETWORK_FORMAT, DETECTOR_FORMAT)):
         return ckpt_io.load_checkpoint(path, map_location="cpu")
     if not reset_optimizer:
-        raise ckpt_io.CheckpointError(f"train.init_checkpoint: {path} is a detector file, which "
+        raise ckpt_io.CheckpointError(f"train.init_checkpoint: {path} is a network file, which "
                                       f"holds no optimizer state; set train.reset_optimizer: true")
     if raw.get("input_norm", "none") != input_norm:
         raise ckpt_io.CheckpointError(f"train.init_checkpoint: {path} expects input_norm "

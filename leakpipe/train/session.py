@@ -6,7 +6,8 @@ batch source for that placement and the val split for whole-split validation eve
 The plan may have been made on another machine (DVC does not re-run `preload` when only the
 machine changes), so ``check_placement`` re-measures the memory free here and re-estimates
 what the planned placement holds (``leakpipe.preload``); when it no longer fits, training
-streams instead, with one WARNING line. Resident placements also keep the val split in memory.
+streams instead, with one WARNING line. Resident placements also keep the val split in
+memory; validation reads it in file-order batches of whole files, as evaluate does.
 """
 
 from __future__ import annotations
@@ -24,16 +25,15 @@ import torch
 
 from leakpipe.config import FeatureConfig, PreloadConfig, TrainConfig, from_mapping
 from leakpipe.constants import H5_LABELS, H5_RECORDING_ID, PLACEMENT_DEVICE, PLACEMENT_STREAM
-from leakpipe.data.batches import make_train_source
+from leakpipe.data.batches import make_eval_batches, make_train_source
 from leakpipe.data.reader import SplitReader, open_split
 from leakpipe.data.schema import task_classes, task_labels
 from leakpipe.errors import ConfigError, DataError
 from leakpipe.train.fit import TrainSource
-from leakpipe.train.loop import ValData
+from leakpipe.train.validation import ValSplit
 
 log = logging.getLogger(__name__)
 
-PLAN_KEYS = ("placement", "dtype", "stream")
 DATA_ID_CHARS = 16   # hex digits of the split fingerprint kept in checkpoints
 
 
@@ -42,34 +42,18 @@ class TrainingData:
     """What ``fit`` needs, plus the metadata the detector file keeps."""
 
     train_source: TrainSource
-    val_data: ValData
+    val: ValSplit                         # file-order batches of the whole val split
     class_counts: list[int]               # training files per task class, before oversampling
     class_names: tuple[str, ...]          # the task's classes
     data_class_names: tuple[str, ...]     # the HDF5 classes
     features: FeatureConfig
     placement: str                        # what training uses (may differ from the plan)
-    val_reader: SplitReader               # kept open while val_data streams from it
     data_id: dict[str, str] = dataclasses.field(default_factory=dict)  # split -> fingerprint
 
     def close(self) -> None:
         close = getattr(self.train_source, "close", None)
         if close is not None:
             close()
-        self.val_reader.close()
-
-
-def read_plan(path: Path) -> dict[str, Any]:
-    """The preload stage's decision; a missing or foreign file is a ``DataError``."""
-    try:
-        plan = json.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise DataError(f"{path}: no preload plan; run `dvc repro preload` first") from None
-    except json.JSONDecodeError:
-        raise DataError(f"{path}: preload plan is not valid JSON") from None
-    missing = [k for k in PLAN_KEYS if k not in plan]
-    if missing:
-        raise DataError(f"{path}: preload plan lacks {missing[0]!r}")
-    return plan
 
 
 def check_placement(plan: dict[str, Any], paths: dict[str, Path], batch_size: int,
@@ -145,11 +129,11 @@ def prepare_training(train_path: Path, val_path: Path, plan: dict[str, Any],
         data_classes, features = train.class_names, train.features
         labels = task_labels(train.labels, train.class_names, cfg.binary)
         data_id = {"train": split_fingerprint(train)}
-    val = open_split(val_path)
-    if val.class_names != data_classes or val.features != features:
-        val.close()
-        raise DataError(f"{val_path}: class names or feature config differ from {train_path}")
-    data_id["val"] = split_fingerprint(val)
+    with open_split(val_path) as val:
+        if val.class_names != data_classes or val.features != features:
+            raise DataError(f"{val_path}: class names or feature config differ from "
+                            f"{train_path}")
+        data_id["val"] = split_fingerprint(val)
     classes = task_classes(data_classes, cfg.binary)
     dtype = getattr(torch, plan["dtype"])
     source = make_train_source(
@@ -159,17 +143,8 @@ def prepare_training(train_path: Path, val_path: Path, plan: dict[str, Any],
         buffer_chunks=int(plan["stream"]["buffer_chunks"]), input_norm=cfg.input_norm,
         augment=cfg.augment)
     counts = np.bincount(labels, minlength=len(classes)).tolist()
-    return TrainingData(train_source=source, val_data=_val_data(val, cfg, placement, device, dtype),
-                        class_counts=counts, class_names=classes, data_class_names=data_classes,
-                        features=features, placement=placement, val_reader=val, data_id=data_id)
-
-
-def _val_data(val: SplitReader, cfg: TrainConfig, placement: str, device: torch.device,
-              dtype: torch.dtype) -> ValData:
-    """Streamed from HDF5 for ``stream``; one resident tensor (F, L, S, M, T) otherwise."""
-    data = ValData.from_reader(val, cfg.binary)
-    if placement == PLACEMENT_STREAM:
-        return data
-    where = device if placement == PLACEMENT_DEVICE else torch.device("cpu")
-    mel = torch.from_numpy(val.mel[:]).to(device=where, dtype=dtype)   # (F, L, S, M, T)
-    return dataclasses.replace(data, mel=mel)
+    val_batches = make_eval_batches(val_path, placement, cfg.batch_size, binary=cfg.binary,
+                                    device=device, dtype=dtype, input_norm=cfg.input_norm)
+    return TrainingData(train_source=source, val=ValSplit(val_batches), class_counts=counts,
+                        class_names=classes, data_class_names=data_classes, features=features,
+                        placement=placement, data_id=data_id)

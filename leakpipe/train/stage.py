@@ -8,8 +8,9 @@
    metrics row per epoch (``fit``), the step-time / system profile (``leakpipe.monitor``,
    switched on by the ``monitor`` params) and MLflow's own system metrics.
 4. ``fit`` resumes an unfinished run from the checkpoint folder (a finished one is cleared).
-5. Rank 0 writes models/model.pt (best epoch, threshold chosen on val), metrics/train.json,
-   the per-epoch plot data and logs the confusion matrices and the model to MLflow.
+5. Rank 0 writes models/model.pt (the best epoch's network; evaluate chooses the operating
+   point and writes the detector), metrics/train.json, the per-epoch plot data and logs the
+   confusion matrices and the network (a pyfunc segment scorer) to MLflow.
 
 A stop request ends with exit code 128 + signal after the checkpoint is written and the MLflow
 run is closed as KILLED; re-running the stage (``dvc repro``) resumes.
@@ -20,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
-import json
 import logging
 import math
 from dataclasses import dataclass
@@ -29,15 +29,26 @@ from typing import Any
 
 import leakpipe
 from leakpipe import tracking
-from leakpipe.config import ModelConfig, MonitorConfig, TrainConfig, load_section
+from leakpipe.config import (
+    DecisionConfig,
+    ModelConfig,
+    MonitorConfig,
+    RuntimeConfig,
+    TrainConfig,
+    check_aux_head,
+    load_section,
+)
 from leakpipe.data.schema import leak_index
+from leakpipe.files import write_json_atomic, write_text_atomic
 from leakpipe.model import SegmentScorer
 from leakpipe.monitor import TrainMonitor, write_profile
+from leakpipe.preload.plan import read_plan
+from leakpipe.runtime import Runtime, make_runtime
 from leakpipe.tracking import NullTracker, Tracker
 from leakpipe.train import checkpoint as ckpt_io
 from leakpipe.train import distributed
 from leakpipe.train.distributed import Distributed
-from leakpipe.train.fit import FitOptions, FitResult, fit, resolve_device
+from leakpipe.train.fit import FitOptions, FitResult, fit
 from leakpipe.train.interrupt import GracefulStop, StopRequested
 from leakpipe.train.outputs import (
     confusion_figure,
@@ -45,9 +56,8 @@ from leakpipe.train.outputs import (
     input_example,
     metrics_summary,
     save_model,
-    write_text_atomic,
 )
-from leakpipe.train.session import TrainingData, prepare_training, read_plan
+from leakpipe.train.session import TrainingData, prepare_training
 
 log = logging.getLogger(__name__)
 
@@ -74,24 +84,31 @@ class TrainPaths:
 class TrainSections:
     """The params sections the stage reads."""
 
+    runtime: RuntimeConfig
     model: ModelConfig
     train: TrainConfig
     monitor: MonitorConfig
+    decision: DecisionConfig
 
     @classmethod
     def load(cls, params: Path) -> TrainSections:
-        return cls(model=load_section(params, "model"), train=load_section(params, "train"),
-                   monitor=load_section(params, "monitor"))
+        cfgs = cls(**{f.name: load_section(params, f.name) for f in dataclasses.fields(cls)})
+        check_aux_head(cfgs.decision, cfgs.train.leak_aux_weight, str(params))
+        return cfgs
+
+    def make_runtime(self) -> Runtime:
+        return make_runtime(self.runtime.device, self.runtime.amp, self.runtime.channels_last)
 
 
 def run_train(paths: TrainPaths, cfgs: TrainSections, *, progress: bool = True) -> int:
     """Train; 0 on success, 128 + signal after a SIGINT / SIGTERM stop (checkpoint written)."""
     with GracefulStop() as stop:
-        dist = distributed.from_env(resolve_device(cfgs.train.device))
+        runtime = cfgs.make_runtime()
+        dist = distributed.from_env(runtime.device)
         if not dist.is_main:
             logging.getLogger(leakpipe.__name__).setLevel(logging.WARNING)
         try:
-            _train(paths, cfgs, dist, stop, progress)
+            _train(paths, cfgs, runtime.on(dist.device(runtime.device)), dist, stop, progress)
         except StopRequested as exc:
             log.info("%s (%s); exit %d, re-run the stage to resume from %s", exc, stop.name,
                      stop.exit_code, exc.checkpoint or paths.checkpoints)
@@ -101,16 +118,17 @@ def run_train(paths: TrainPaths, cfgs: TrainSections, *, progress: bool = True) 
     return 0
 
 
-def _train(paths: TrainPaths, cfgs: TrainSections, dist: Distributed, stop: GracefulStop,
-           progress: bool) -> None:
-    device = dist.device(resolve_device(cfgs.train.device))
+def _train(paths: TrainPaths, cfgs: TrainSections, runtime: Runtime, dist: Distributed,
+           stop: GracefulStop, progress: bool) -> None:
+    log.info("train: runtime %s", runtime.describe())
     plan = read_plan(paths.plan)
-    data = prepare_training(paths.train, paths.val, plan, cfgs.train, device, rank=dist.rank,
+    data = prepare_training(paths.train, paths.val, plan, cfgs.train, runtime.device,
+                            rank=dist.rank,
                             world_size=dist.world_size, local_world_size=dist.local_world_size)
     try:
         with _tracker(cfgs.monitor, dist, data) as tracker:
             tracker.log_params(run_params(cfgs, plan, data, dist))
-            result = _fit(paths, cfgs, dist, stop, progress, data, tracker)
+            result = _fit(paths, cfgs, runtime, dist, stop, progress, data, tracker)
             if dist.is_main:
                 _write_outputs(paths, cfgs, data, result, tracker)
     finally:
@@ -131,8 +149,8 @@ def run_params(cfgs: TrainSections, plan: dict[str, Any], data: TrainingData,
                dist: Distributed) -> dict[str, Any]:
     """Everything that shaped the run, nested (the tracker flattens it to ``train.seed`` ...)."""
     return {
-        "model": dataclasses.asdict(cfgs.model), "train": dataclasses.asdict(cfgs.train),
-        "monitor": dataclasses.asdict(cfgs.monitor),
+        **{f.name: dataclasses.asdict(getattr(cfgs, f.name))
+           for f in dataclasses.fields(cfgs)},
         "preload": {"placement": data.placement, "planned_placement": plan["placement"],
                     "planned_device": plan.get("device", ""), "dtype": plan["dtype"],
                     "buffer_chunks": plan["stream"]["buffer_chunks"],
@@ -142,8 +160,8 @@ def run_params(cfgs: TrainSections, plan: dict[str, Any], data: TrainingData,
     }
 
 
-def _fit(paths: TrainPaths, cfgs: TrainSections, dist: Distributed, stop: GracefulStop,
-         progress: bool, data: TrainingData, tracker: Tracker) -> FitResult:
+def _fit(paths: TrainPaths, cfgs: TrainSections, runtime: Runtime, dist: Distributed,
+         stop: GracefulStop, progress: bool, data: TrainingData, tracker: Tracker) -> FitResult:
     if dist.is_main:
         ckpt_io.clear_if_finished(paths.checkpoints)
         _follow_previous_run(tracker, paths.checkpoints)
@@ -153,8 +171,9 @@ def _fit(paths: TrainPaths, cfgs: TrainSections, dist: Distributed, stop: Gracef
                          progress=progress, data_id=data.data_id)
     try:
         with probe if probe is not None else contextlib.nullcontext():
-            result = fit(cfgs.model, cfgs.train, train_source=data.train_source,
-                         val_data=data.val_data, class_counts=data.class_counts,
+            result = fit(cfgs.model, cfgs.train, runtime=runtime, decision=cfgs.decision,
+                         train_source=data.train_source, val=data.val,
+                         class_counts=data.class_counts,
                          tracker=tracker, checkpoint_dir=paths.checkpoints,
                          features=data.features.to_dict(), options=options)
     except StopRequested:
@@ -200,11 +219,11 @@ def _log_profile(tracker: Tracker, probe: TrainMonitor | None) -> None:
 
 def _write_outputs(paths: TrainPaths, cfgs: TrainSections, data: TrainingData,
                    result: FitResult, tracker: Tracker) -> None:
-    from leakpipe.build import file_sha256
+    from leakpipe.files import file_sha256
 
     save_model(paths.model, result, data, cfgs.model, cfgs.train)
     summary = metrics_summary(result, data.placement)
-    write_text_atomic(paths.metrics, json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    write_json_atomic(paths.metrics, summary)
     write_text_atomic(paths.plots, history_csv(result.history))
     tracker.set_tags({tracking.TAG_MODEL_SHA256: file_sha256(paths.model)})
     _log_results(tracker, result, data, cfgs, paths)
@@ -226,8 +245,5 @@ def _log_results(tracker: Tracker, result: FitResult, data: TrainingData,
         tracker.log_dict(result.best_confusion, f"{STAGE}/confusion.json")
         tracker.log_figure(confusion_figure(result.best_confusion), f"{STAGE}/confusion.png")
     scorer = SegmentScorer(copy.deepcopy(result.model).cpu().eval(),
-                           leak_index(data.class_names), cfgs.train.prob_mode)
-    example = input_example(data.val_data, input_norm=cfgs.train.input_norm)
-    tracker.log_model(scorer, example, code_paths=[PACKAGE_DIR])
-    if tracker.run_id is not None:        # the detector file too, so `predict --model models:/...`
-        tracker.set_tags({tracking.TAG_DETECTOR_URI: tracking.log_detector(paths.model)})
+                           leak_index(data.class_names), cfgs.decision.prob_mode)
+    tracker.log_model(scorer, input_example(data.val), code_paths=[PACKAGE_DIR])

@@ -12,20 +12,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from leakpipe.config import TrainConfig
+from leakpipe.config import DecisionConfig, TrainConfig
+from leakpipe.runtime import Runtime
 from leakpipe.train.early_stopping import BestTracker, EarlyStopping
-from leakpipe.train.loop import EvalSettings, Precision
 from leakpipe.train.losses import LossFn
 from leakpipe.train.optim import Optimization
-
-
-@dataclass(frozen=True)
-class TorchSetup:
-    """What ``configure_torch`` decided for this run."""
-
-    device: torch.device
-    precision: Precision
-    channels_last: bool
 
 
 @dataclass
@@ -33,8 +24,8 @@ class RunState:
     """Everything ``fit`` builds once and then mutates epoch by epoch."""
 
     cfg: TrainConfig
-    setup: TorchSetup
-    settings: EvalSettings
+    runtime: Runtime
+    decision: DecisionConfig
     model: nn.Module
     optim: Optimization
     loss_fn: LossFn

@@ -9,8 +9,8 @@ re-checked by the strict loader, and replaced atomically.
 from __future__ import annotations
 
 import io
-import os
 import shlex
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -20,6 +20,7 @@ from ruamel.yaml import YAML
 
 from leakpipe.config import load_section
 from leakpipe.errors import ConfigError, DataError
+from leakpipe.files import write_text_atomic
 
 PARAMS_KEY = "params"        # best_params.yaml: {section: {key: value}}
 APPLY_SECTIONS = ("model", "train")
@@ -104,14 +105,16 @@ def set_values(doc: Any, values: Values, source: Path) -> list[Change]:
 
 
 def _write_checked(path: Path, text: str) -> None:
-    """Write a sibling, check it with the strict loader, then rename it over params.yaml."""
-    tmp = path.with_name(f".{path.name}.tune.tmp")
-    tmp.write_text(text)
-    try:
-        for section in APPLY_SECTIONS:
-            load_section(tmp, section)
-    except ConfigError as exc:
-        tmp.unlink()
-        raise ConfigError(f"{path}: the tuned values are not valid params "
-                          f"({str(exc).removeprefix(f'{tmp}: ')}); nothing was changed") from None
-    os.replace(tmp, path)
+    """Check ``text`` with the strict loader (as a scratch copy), then write it over params.yaml
+    atomically: a bad value leaves the user's file untouched."""
+    with tempfile.TemporaryDirectory(prefix="leakpipe-apply-") as folder:
+        scratch = Path(folder) / path.name
+        scratch.write_text(text)
+        try:
+            for section in APPLY_SECTIONS:
+                load_section(scratch, section)
+        except ConfigError as exc:
+            raise ConfigError(f"{path}: the tuned values are not valid params "
+                              f"({str(exc).removeprefix(f'{scratch}: ')}); nothing was changed") \
+                from None
+    write_text_atomic(path, text)

@@ -23,9 +23,10 @@ import optuna
 from optuna.trial import TrialState
 
 from leakpipe import tracking
-from leakpipe.config import ModelConfig, TrainConfig, TuneConfig
+from leakpipe.config import DecisionConfig, ModelConfig, RuntimeConfig, TrainConfig, TuneConfig
 from leakpipe.errors import LeakpipeError
-from leakpipe.train.fit import TrainSource, fit, resolve_device
+from leakpipe.runtime import make_runtime
+from leakpipe.train.fit import TrainSource, fit
 from leakpipe.train.loop import Batch
 from leakpipe.train.losses import NonFiniteLossError
 from leakpipe.train.session import prepare_training
@@ -62,6 +63,8 @@ class TrialInputs:
     train: TrainConfig
     tune: TuneConfig
     study_name: str
+    runtime: RuntimeConfig
+    decision: DecisionConfig
     parent_run_id: str | None = None  # MLflow parent run; None = no MLflow (tests)
 
 
@@ -165,13 +168,15 @@ def train_variant(trial: optuna.Trial, inputs: TrialInputs, variant: Variant,
     """``fit()`` on the trial's configs; pruning and (by policy) a NaN loss end it PRUNED."""
     cfg = inputs.tune
     reporter = EpochReporter(trial, cfg.objective, resolve_direction(cfg), cfg.epochs)
+    rt = inputs.runtime
+    runtime = make_runtime(rt.device, rt.amp, rt.channels_last)
     data = prepare_training(inputs.train_path, inputs.val_path, inputs.plan, variant.train,
-                            resolve_device(variant.train.device))
+                            runtime.device)
     try:
         with tempfile.TemporaryDirectory(prefix=f"leakpipe-trial{trial.number}-") as ckpt:
-            fit(variant.model, variant.train,
+            fit(variant.model, variant.train, runtime=runtime, decision=inputs.decision,
                 train_source=Subsample(data.train_source, cfg.train_fraction),
-                val_data=data.val_data, class_counts=data.class_counts, tracker=run,
+                val=data.val, class_counts=data.class_counts, tracker=run,
                 checkpoint_dir=Path(ckpt), features=data.features.to_dict(),
                 on_epoch=reporter)
     except optuna.TrialPruned as exc:

@@ -7,9 +7,7 @@ timestamps, no paths), so the same study always writes the same file.
 
 from __future__ import annotations
 
-import json
 import math
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,6 +16,7 @@ import optuna
 import yaml
 from optuna.trial import FrozenTrial, TrialState
 
+from leakpipe.files import write_json_atomic, write_text_atomic
 from leakpipe.tune.apply import PARAMS_KEY, exp_run_line
 from leakpipe.tune.budget import superseded
 from leakpipe.tune.names import ATTR_REASON, ATTR_VALUES
@@ -114,16 +113,9 @@ def write_best_params(path: Path, summary: StudySummary, trial_epochs: int) -> N
               "# until you run `leakpipe tune apply`, or the equivalent experiment:\n"
               f"#   {exp_run_line(summary.best_values)}\n")
     body = yaml.safe_dump(best_params_document(summary, trial_epochs), sort_keys=False)
-    _write_atomic(path, header + body)
+    write_text_atomic(path, header + body)
 
 
 def write_metrics(path: Path, values: dict[str, float]) -> None:
     """metrics/tune.json (DVC metrics), written to a sibling and renamed into place."""
-    _write_atomic(path, json.dumps(values, indent=2, sort_keys=True) + "\n")
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    write_json_atomic(path, values)

@@ -21,8 +21,15 @@ import optuna
 import torch
 
 from leakpipe import tracking
-from leakpipe.config import ModelConfig, TrainConfig, TuneConfig, load_section
-from leakpipe.train.session import read_plan
+from leakpipe.config import (
+    DecisionConfig,
+    ModelConfig,
+    RuntimeConfig,
+    TrainConfig,
+    TuneConfig,
+    load_section,
+)
+from leakpipe.preload.plan import read_plan
 from leakpipe.tune import plots, report
 from leakpipe.tune.budget import ClaimLock, Decision, budget_of, decide
 from leakpipe.tune.names import ATTR_PARENT_RUN, TAG_STORAGE, TAG_STUDY
@@ -66,19 +73,23 @@ class Setup:
     tune: TuneConfig
     spec: StorageSpec
     name: str
+    runtime: RuntimeConfig
+    decision: DecisionConfig
 
     def inputs(self, paths: TunePaths, parent_run_id: str | None) -> TrialInputs:
         return TrialInputs(train_path=paths.train, val_path=paths.val,
                            plan=read_plan(paths.plan), model=self.model, train=self.train,
-                           tune=self.tune, study_name=self.name, parent_run_id=parent_run_id)
+                           tune=self.tune, study_name=self.name, parent_run_id=parent_run_id,
+                           runtime=self.runtime, decision=self.decision)
 
 
 def load_setup(params: Path, paths: TunePaths, name: str | None = None) -> Setup:
     model, train = load_section(params, "model"), load_section(params, "train")
-    cfg = load_section(params, "tune")
+    cfg, decision = load_section(params, "tune"), load_section(params, "decision")
     check_space(model, train, cfg, str(params))
-    name = name or study_name(cfg, model, train, [paths.train, paths.val])
-    return Setup(model, train, cfg, resolve_storage(cfg, paths.journal), name)
+    name = name or study_name(cfg, model, train, [paths.train, paths.val], decision)
+    return Setup(model, train, cfg, resolve_storage(cfg, paths.journal), name,
+                 runtime=load_section(params, "runtime"), decision=decision)
 
 
 def threads_for(workers: int, cfg: TuneConfig) -> int:

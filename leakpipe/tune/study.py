@@ -34,8 +34,9 @@ from optuna.storages import BaseStorage, JournalStorage, RDBStorage
 from optuna.storages import RetryHeartbeatStaleTrialCallback as RetryStale
 from optuna.storages.journal import JournalFileBackend
 
-from leakpipe.config import ModelConfig, TrainConfig, TuneConfig
+from leakpipe.config import DecisionConfig, ModelConfig, TrainConfig, TuneConfig
 from leakpipe.errors import LeakpipeError
+from leakpipe.files import file_sha256
 from leakpipe.paths import repo_root
 from leakpipe.tune.names import OBJECTIVE_DIRECTIONS, TRIAL_OVERRIDES
 
@@ -49,7 +50,6 @@ RDB = "rdb"
 BUDGET_KEYS = ("study_name", "storage", "n_trials", "timeout_s", "workers",
                "threads_per_worker", "heartbeat_s", "grace_s", "max_retry")
 HASH_CHARS = 10
-HASH_BLOCK = 2**20
 WRITE_LOCK_SUFFIX = ".wlock"
 
 
@@ -130,22 +130,20 @@ def open_storage(spec: StorageSpec, cfg: TuneConfig) -> BaseStorage:
 
 
 def study_name(cfg: TuneConfig, model: ModelConfig, train: TrainConfig,
-               data: Sequence[Path]) -> str:
-    """``<study_name>-<hash of what the trials measure>``."""
+               data: Sequence[Path], decision: DecisionConfig | None = None) -> str:
+    """``<study_name>-<hash of what the trials measure>``.
+
+    ``decision`` (how val decides files: the val F1 a trial reports) joins the hash when given.
+    """
     tune = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in BUDGET_KEYS}
     trial_train = {k: v for k, v in dataclasses.asdict(train).items() if k not in TRIAL_OVERRIDES}
     identity = {"model": dataclasses.asdict(model), "train": trial_train,
-                "tune": tune, "data": [file_digest(p) for p in data]}
+                "tune": tune, "data": [file_sha256(p) for p in data]}
+    if decision is not None:
+        identity["decision"] = dataclasses.asdict(decision)
     digest = hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode())
     return f"{cfg.study_name}-{digest.hexdigest()[:HASH_CHARS]}"
 
-
-def file_digest(path: Path) -> str:
-    sha = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(HASH_BLOCK), b""):
-            sha.update(block)
-    return sha.hexdigest()
 
 
 def make_sampler(cfg: TuneConfig, worker_index: int, offset: int) -> optuna.samplers.TPESampler:

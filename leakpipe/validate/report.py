@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import html
 import math
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -97,14 +96,6 @@ def jsonable(value: Any) -> Any:
     if isinstance(value, Path):
         return str(value)
     return value
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write to a temporary sibling and rename into place."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 # -- HTML ----------------------------------------------------------------------------------

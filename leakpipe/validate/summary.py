@@ -134,12 +134,6 @@ def _task(path: str, start: int, stop: int, step: int, layout: Layout | None) ->
         return stream_rows(h5[H5_MEL], start, stop, step)
 
 
-def stream_split(meta: SplitMeta, read_mb: float, pool: SummaryPool | None = None,
-                 progress: bool = True) -> RowStats:
-    """Row statistics of a summarisable split, in-process or over ``pool``'s workers."""
-    return start_split(meta, read_mb, pool).result(progress)
-
-
 def start_split(meta: SplitMeta, read_mb: float, pool: SummaryPool | None = None) -> PendingSplit:
     """Hand a split's row ranges to ``pool``'s workers now (large splits), or later in-process.
 

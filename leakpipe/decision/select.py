@@ -1,7 +1,7 @@
 """Honest operating point: the threshold (and, if asked, the rule) chosen on the val split only.
 
 Every rule turns a file into one score with ``LEAK <=> score >= threshold``
-(``leakpipe.evaluate.voting``), so a whole threshold grid is decided in one comparison and its
+(``leakpipe.decision.voting``), so a whole threshold grid is decided in one comparison and its
 confusion counts in one pass. The criterion picks a grid index:
 
 - ``max_f1``: the highest file F1 (among tied thresholds the middle one, ``best_index``).
@@ -21,8 +21,8 @@ from typing import Literal
 
 import numpy as np
 
-from leakpipe.evaluate.metrics import BinaryMetrics, best_index, binary_metrics
-from leakpipe.evaluate.voting import RULES, Rule, decide, file_scores
+from leakpipe.decision.metrics import BinaryMetrics, best_index, binary_metrics
+from leakpipe.decision.voting import RULES, Rule, decide, file_scores
 
 log = logging.getLogger(__name__)
 

@@ -9,12 +9,12 @@ import pytest
 
 from leakpipe.config import load_section
 from leakpipe.constants import BINARY_CLASSES
-from leakpipe.evaluate.forward import SplitScores
-from leakpipe.evaluate.metrics import BinaryMetrics, binary_metrics
+from leakpipe.decision.metrics import BinaryMetrics, binary_metrics
+from leakpipe.decision.select import OperatingPoint, choose, select_operating_point
+from leakpipe.decision.voting import RULES, threshold_grid
 from leakpipe.evaluate.report import FileTable
 from leakpipe.evaluate.run import split_result
-from leakpipe.evaluate.select import OperatingPoint, choose, select_operating_point
-from leakpipe.evaluate.voting import RULES, threshold_grid
+from leakpipe.scoring.score import Scores
 from tests.conftest import PARAMS
 
 GRID = threshold_grid(0.1, 0.9, 0.1)
@@ -87,11 +87,11 @@ def _point(rule: str, threshold: float, vote_fraction: float = 0.5) -> Operating
                           grid=np.array([threshold]), curves={})
 
 
-def _scores(probs: np.ndarray, labels: np.ndarray) -> SplitScores:
+def _scores(probs: np.ndarray, labels: np.ndarray) -> Scores:
     n = len(labels)
-    return SplitScores(seg_probs=probs, class_probs=np.full((n, 2), 0.5),
-                       seg_pred=np.zeros(probs.size, np.int16), labels=labels,
-                       class_names=BINARY_CLASSES, seconds=1.0, batch_files=n)
+    return Scores(seg_probs=probs, class_probs=np.full((n, 2), 0.5),
+                  seg_pred=np.zeros(probs.size, np.int64), loss=float("nan"), seconds=1.0,
+                  batch_files=n)
 
 
 def _table(labels: np.ndarray) -> FileTable:
@@ -124,7 +124,7 @@ def test_stage_applies_each_rule(rule: str, threshold: float, vote: float, probs
     cfg = dataclasses.replace(load_section(PARAMS, "evaluate"), bootstrap_resamples=0)
     labels = np.array([1])
     result = split_result("test", _table(labels), _scores(np.array([probs]), labels),
-                          _point(rule, threshold, vote), cfg, binary=True, bootstrap=False)
+                          _point(rule, threshold, vote), cfg, 0.5, binary=True, bootstrap=False)
     assert result.decision.tolist() == [leak]
     assert result.rows()[0]["decision"] == ("LEAK" if leak else "NOLEAK")
     assert result.metrics["test/file_recall"] == float(leak)
@@ -135,7 +135,7 @@ def test_frac_long_over_counts_long_segments_at_the_threshold() -> None:
     labels = np.array([1, 0])
     probs = _files([0.5, 0.7, 0.2, 0.1], [0.49, 0.1, 0.1, 0.1])
     result = split_result("test", _table(labels), _scores(probs, labels),
-                          _point("long_vote", 0.5), cfg, binary=True, bootstrap=False)
+                          _point("long_vote", 0.5), cfg, 0.5, binary=True, bootstrap=False)
     assert result.frac_over.tolist() == [0.5, 0.0]
     assert [r["frac_long_over"] for r in result.rows()] == [0.5, 0.0]
     assert binary_metrics(labels, result.decision).f1[0] == 1.0

@@ -1,0 +1,218 @@
+"""Data-side sections: synthetic recordings, features, splits, the HDF5 build, validation and
+the training data's memory plan (`synth`, `build`, `validate`, `preload`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from leakpipe.config.fields import num
+from leakpipe.constants import KNOWN_CLASSES
+
+__all__ = ["BuildConfig", "FeatureConfig", "PreloadConfig", "QualityConfig", "SplitConfig",
+           "SynthConfig", "ValidateConfig"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class SynthConfig:
+    """`synth`: the embedded default recordings (a physically motivated generator)."""
+
+    seed: int = num(ge=0)
+    classes: tuple[str, ...]
+    n_sites: int = num(ge=3)
+    recordings_per_class: int = num(ge=1)
+    leak_share: float = num(gt=0, lt=1)
+    scale: float = num(gt=0)
+    sample_rates: tuple[int, ...]
+    duration_s: float = num(gt=0)
+    difficulty: float = num(ge=0, le=3)
+    transient_rate_hz: float = num(ge=0)
+    gain_db: float = num(ge=0, le=40)
+    clip_share: float = num(ge=0, le=1)
+    dc_share: float = num(ge=0, le=1)
+    subtype: Literal["PCM_16", "PCM_24", "FLOAT"]
+    workers: int = num(ge=0)
+
+    def problems(self) -> list[tuple[str, str]]:
+        out = []
+        unknown = [c for c in self.classes if c not in KNOWN_CLASSES]
+        if unknown:
+            out.append(("classes", f"unknown class {unknown[0]!r}; known: {list(KNOWN_CLASSES)}"))
+        if "LEAK" not in self.classes:
+            out.append(("classes", "must contain LEAK"))
+        if len(self.classes) < 2 or len(set(self.classes)) != len(self.classes):
+            out.append(("classes", "needs at least two distinct classes"))
+        if not self.sample_rates or min(self.sample_rates) < 1000:
+            out.append(("sample_rates", "needs at least one rate, each >= 1000 Hz"))
+        return out
+
+
+@dataclass(frozen=True, kw_only=True)
+class FeatureConfig:
+    """The feature definition stored with every HDF5 split and every model.
+
+    Not a params section of its own: it is the feature subset of `build` (see
+    ``BuildConfig.features``), so that `dvc exp run -S build.n_mels=32` changes it.
+    """
+
+    sample_rate: int = num(ge=1000)
+    clip_s: float = num(gt=0)
+    long_window_s: float = num(gt=0)
+    long_hop_s: float = num(gt=0)
+    short_window: int = num(ge=8)
+    short_hop: int = num(ge=1)
+    n_fft: int = num(ge=8)
+    hop_length: int = num(ge=1)
+    n_mels: int = num(ge=1)
+    fmin: float = num(ge=0)
+    fmax: float = num(gt=0)
+    power: float = num(gt=0)
+    log_floor: float = num(gt=0)
+
+    @property
+    def clip_samples(self) -> int:
+        return int(round(self.clip_s * self.sample_rate))
+
+    @property
+    def long_window(self) -> int:
+        return int(round(self.long_window_s * self.sample_rate))
+
+    @property
+    def long_hop(self) -> int:
+        return int(round(self.long_hop_s * self.sample_rate))
+
+    @property
+    def n_long(self) -> int:
+        return 1 + (self.clip_samples - self.long_window) // self.long_hop
+
+    @property
+    def n_short(self) -> int:
+        return 1 + (self.long_window - self.short_window) // self.short_hop
+
+    @property
+    def n_frames(self) -> int:
+        return 1 + (self.short_window - self.n_fft) // self.hop_length
+
+    @property
+    def segment_shape(self) -> tuple[int, int, int, int]:
+        """Shape of one clip's features: (n_long, n_short, n_mels, n_frames)."""
+        return (self.n_long, self.n_short, self.n_mels, self.n_frames)
+
+    def problems(self) -> list[tuple[str, str]]:
+        out = []
+        if self.long_window > self.clip_samples:
+            out.append(("long_window_s", "must not exceed clip_s"))
+        if self.short_window > self.long_window:
+            out.append(("short_window", "must not exceed long_window_s * sample_rate"))
+        if self.n_fft > self.short_window:
+            out.append(("n_fft", "must not exceed short_window"))
+        if self.fmax > self.sample_rate / 2:
+            out.append(("fmax", f"must not exceed the Nyquist frequency {self.sample_rate / 2}"))
+        if self.fmin >= self.fmax:
+            out.append(("fmin", "must be below fmax"))
+        if self.long_hop < 1:
+            out.append(("long_hop_s", "is shorter than one sample"))
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SplitConfig:
+    """Fractions of recordings per split; grouped by site, stratified by class."""
+
+    train: float = num(gt=0, lt=1)
+    val: float = num(gt=0, lt=1)
+    test: float = num(gt=0, lt=1)
+    seed: int = num(ge=0)
+
+    def problems(self) -> list[tuple[str, str]]:
+        total = self.train + self.val + self.test
+        if abs(total - 1.0) > 1e-6:
+            return [("train", f"train + val + test must be 1, got {total:g}")]
+        return []
+
+
+@dataclass(frozen=True, kw_only=True)
+class QualityConfig:
+    """`build.quality`: signal checks of every recording's channels (leakpipe/audio/quality.py)."""
+
+    clip_fraction: float = num(ge=0, le=1)
+    dc_offset_max: float = num(ge=0, le=1)
+    reject: tuple[Literal["clipped", "dc_offset", "dead"], ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildConfig(FeatureConfig):
+    """`build`: recordings -> two-stage-segmented log-mel HDF5, one file per split.
+
+    The feature keys (sample_rate ... log_floor, inherited from ``FeatureConfig``) sit flat in
+    this section, so `dvc exp run -S build.n_mels=32` changes them; ``features`` extracts them.
+    """
+
+    source: str
+    on_error: Literal["fail", "skip"]
+    workers: int = num(ge=0)
+    classes: tuple[str, ...]
+    group_by: Literal["stem", "file", "folder"]
+    clips_per_recording: int | Literal["all"] = num(ge=1)
+    min_clip_fraction: float = num(gt=0, le=1)
+    dtype: Literal["float16", "float32"]
+    store_waveform: bool
+    chunk_mb: float = num(gt=0)
+    quality: QualityConfig
+    split: SplitConfig
+
+    @property
+    def features(self) -> FeatureConfig:
+        names = [f.name for f in dataclasses.fields(FeatureConfig)]
+        return FeatureConfig(**{n: getattr(self, n) for n in names})
+
+    def problems(self) -> list[tuple[str, str]]:
+        out = super().problems()
+        if "LEAK" not in self.classes and self.classes:
+            out.append(("classes", "must contain LEAK when given"))
+        return out
+
+
+@dataclass(frozen=True, kw_only=True)
+class ValidateConfig:
+    """`validate`: bounds of the checks run on the HDF5 splits before training."""
+
+    value_min: float
+    value_max: float
+    constant_tol: float = num(ge=0)
+    required_classes: tuple[str, ...]
+    min_files_per_class: int = num(ge=1)
+    min_recordings_per_class: int = num(ge=1)
+    class_fraction_min: float = num(ge=0, le=1)
+    class_fraction_max: float = num(gt=0, le=1)
+    workers: int = num(ge=0)
+    read_mb: float = num(gt=0)
+    max_listed: int = num(ge=1)
+
+    def problems(self) -> list[tuple[str, str]]:
+        out = []
+        if self.value_min >= self.value_max:
+            out.append(("value_min", "must be below value_max"))
+        if self.class_fraction_min > self.class_fraction_max:
+            out.append(("class_fraction_min", "must not exceed class_fraction_max"))
+        if len(set(self.required_classes)) != len(self.required_classes):
+            out.append(("required_classes", "must not repeat a class"))
+        return out
+
+
+@dataclass(frozen=True, kw_only=True)
+class PreloadConfig:
+    """`preload`: the memory plan that decides where training keeps its data."""
+
+    mode: Literal["auto", "device", "ram", "stream"]
+    dtype: Literal["float16", "float32"]
+    max_batch_size: int = num(ge=1)
+    safety: float = num(gt=0, le=1)
+    host_reserve_mb: float = num(ge=0)
+    device_reserve_mb: float = num(ge=0)
+    stream_buffer_mb: float = num(gt=0)

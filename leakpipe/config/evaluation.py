@@ -1,0 +1,109 @@
+"""Evaluation-side sections: the CNN's file-level evaluation and the MFCC baselines with
+their hyper-parameter grids (`evaluate`, `baselines`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from leakpipe.config.fields import num
+
+__all__ = ["BaselinesConfig", "EvaluateConfig", "LogregGrid", "RandomForestGrid", "SvmGrid",
+           "XgboostGrid"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class EvaluateConfig:
+    """`evaluate`: operating point chosen on val only (by `decision`), test metrics, bootstrap."""
+
+    select_rule: bool
+    criterion: Literal["max_f1", "target_sensitivity", "target_specificity"]
+    target: float = num(gt=0, le=1)
+    bootstrap_resamples: int = num(ge=0)
+    confidence: float = num(gt=0, lt=1)
+    seed: int = num(ge=0)
+    max_batch_segments: int = num(ge=1)
+    cpu_max_batch_segments: int = num(ge=1)
+
+
+def _grid_problems(grid: Any) -> list[tuple[str, str]]:
+    """Every hyper-parameter list of a baseline grid is non-empty and positive (None allowed)."""
+    out = []
+    for f in dataclasses.fields(grid):
+        values = getattr(grid, f.name)
+        if not values:
+            out.append((f.name, "must list at least one value"))
+        elif any(v is not None and v <= 0 for v in values):
+            out.append((f.name, f"values must be > 0, got {list(values)}"))
+    return out
+
+
+@dataclass(frozen=True, kw_only=True)
+class RandomForestGrid:
+    """`baselines.random_forest`: values tried on val for scikit-learn's random forest."""
+
+    n_estimators: tuple[int, ...]
+    max_depth: tuple[int | None, ...]
+    min_samples_leaf: tuple[int, ...]
+
+    def problems(self) -> list[tuple[str, str]]:
+        return _grid_problems(self)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SvmGrid:
+    """`baselines.svm`: values tried on val for the RBF support vector machine."""
+
+    C: tuple[float, ...]
+    gamma: tuple[float, ...]
+
+    def problems(self) -> list[tuple[str, str]]:
+        return _grid_problems(self)
+
+
+@dataclass(frozen=True, kw_only=True)
+class XgboostGrid:
+    """`baselines.xgboost`: values tried on val for XGBoost's gradient-boosted trees."""
+
+    n_estimators: tuple[int, ...]
+    max_depth: tuple[int, ...]
+    learning_rate: tuple[float, ...]
+
+    def problems(self) -> list[tuple[str, str]]:
+        return _grid_problems(self)
+
+
+@dataclass(frozen=True, kw_only=True)
+class LogregGrid:
+    """`baselines.level_logreg`: values tried on val for the level-only logistic regression."""
+
+    C: tuple[float, ...]
+
+    def problems(self) -> list[tuple[str, str]]:
+        return _grid_problems(self)
+
+
+@dataclass(frozen=True, kw_only=True)
+class BaselinesConfig:
+    """`baselines`: the paper's MFCC baselines and a level-only control (docs/baselines.md).
+
+    The operating point and bootstrap follow the `evaluate` section, so the comparison with the
+    CNN uses one criterion, one threshold grid and the same recording resamples.
+    """
+
+    models: tuple[Literal["random_forest", "svm", "xgboost", "level_logreg"], ...]
+    n_mfcc: int = num(ge=1)
+    summary: Literal["mean", "mean_std"]
+    seed: int = num(ge=0)
+    threads: int = num(ge=1)
+    random_forest: RandomForestGrid
+    svm: SvmGrid
+    xgboost: XgboostGrid
+    level_logreg: LogregGrid
+
+    def problems(self) -> list[tuple[str, str]]:
+        if not self.models or len(set(self.models)) != len(self.models):
+            return [("models", "must list at least one model, none twice")]
+        return []

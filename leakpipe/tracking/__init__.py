@@ -1,0 +1,76 @@
+"""The MLflow adapter: the one package in leakpipe that knows MLflow.
+
+Tracking URI: ``MLFLOW_TRACKING_URI`` if set, else ``sqlite:///<repo root>/mlruns/mlflow.db``
+with artifacts under ``<repo root>/mlruns/artifacts``; the repo root is ``DVC_ROOT`` when DVC
+runs the stage. Every run is tagged with its stage, the DVC experiment and the git commit, so
+each MLflow run maps back to a DVC experiment.
+
+A tracker also logs the trained network (``log_model``: ``mlflow.pytorch`` with a signature and
+an input example) and, when asked, MLflow's own system metrics (``system/*``: CPU, memory, GPU
+via psutil / nvidia-ml-py), sampled every ``system_metrics_interval_s``.
+
+Modules: ``names`` (experiment, tag and artifact names), ``trackers`` (the ``Tracker``
+protocol, ``NullTracker``, ``MlflowTracker``), ``runs`` (the store, starting, finding and
+closing runs), ``models`` (detector files as MLflow logged models). Callers use this package's
+names (``tracking.start_run``); to replace a function in a test, patch it in the module that
+calls it (``leakpipe.tracking.runs.tracking_uri`` for ``start_run``), not here.
+"""
+
+from __future__ import annotations
+
+from leakpipe.tracking.models import download_model, is_model_uri, log_detector
+from leakpipe.tracking.names import (
+    DEFAULT_EXPERIMENT,
+    DETECTOR_SUFFIX,
+    DVC_ENV_TAGS,
+    MODEL_NAME,
+    SYSTEM_SAMPLES_BEFORE_LOGGING,
+    TAG_DATA,
+    TAG_DETECTOR_URI,
+    TAG_GIT_COMMIT,
+    TAG_MODEL_SHA256,
+    TAG_STAGE,
+    TAG_TRAIN_RUN,
+)
+from leakpipe.tracking.runs import (
+    artifact_root,
+    end_run_by_id,
+    end_run_if_running,
+    find_run_id,
+    git_commit,
+    run_tags,
+    scratch_dir,
+    start_run,
+    tracking_uri,
+)
+from leakpipe.tracking.trackers import MlflowTracker, NullTracker, Tracker, flatten
+
+__all__ = [
+    "DEFAULT_EXPERIMENT",
+    "DETECTOR_SUFFIX",
+    "DVC_ENV_TAGS",
+    "MODEL_NAME",
+    "SYSTEM_SAMPLES_BEFORE_LOGGING",
+    "TAG_DATA",
+    "TAG_DETECTOR_URI",
+    "TAG_GIT_COMMIT",
+    "TAG_MODEL_SHA256",
+    "TAG_STAGE",
+    "TAG_TRAIN_RUN",
+    "MlflowTracker",
+    "NullTracker",
+    "Tracker",
+    "artifact_root",
+    "download_model",
+    "end_run_by_id",
+    "end_run_if_running",
+    "find_run_id",
+    "flatten",
+    "git_commit",
+    "is_model_uri",
+    "log_detector",
+    "run_tags",
+    "scratch_dir",
+    "start_run",
+    "tracking_uri",
+]

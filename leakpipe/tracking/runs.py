@@ -1,0 +1,190 @@
+"""MLflow runs: where the store is, starting a tagged run, finding and closing runs.
+
+Tracking URI: ``MLFLOW_TRACKING_URI`` if set, else ``sqlite:///<repo root>/mlruns/mlflow.db``
+with artifacts under ``<repo root>/mlruns/artifacts``; the repo root is ``DVC_ROOT`` when DVC
+runs the stage. Every run is tagged with its stage, the DVC experiment and the git commit, so
+each MLflow run maps back to a DVC experiment.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import subprocess
+import tempfile
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from leakpipe.paths import repo_root
+from leakpipe.tracking.names import (
+    DEFAULT_EXPERIMENT,
+    DVC_ENV_TAGS,
+    SYSTEM_SAMPLES_BEFORE_LOGGING,
+    TAG_GIT_COMMIT,
+    TAG_STAGE,
+)
+from leakpipe.tracking.trackers import MlflowTracker
+
+log = logging.getLogger(__name__)
+
+
+def tracking_uri(root: Path | None = None) -> str:
+    """``MLFLOW_TRACKING_URI`` or the project's SQLite store under ``<root>/mlruns``."""
+    env = os.environ.get("MLFLOW_TRACKING_URI")
+    if env:
+        return env
+    root = root or repo_root()
+    return f"sqlite:///{root / 'mlruns' / 'mlflow.db'}"
+
+
+def artifact_root(root: Path | None = None) -> Path:
+    return (root or repo_root()) / "mlruns" / "artifacts"
+
+
+def run_tags(stage: str, root: Path, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Tags linking a run to its stage, DVC experiment and git commit."""
+    tags = {TAG_STAGE: stage}
+    for env, tag in DVC_ENV_TAGS.items():
+        if os.environ.get(env):
+            tags[tag] = os.environ[env]
+    commit = git_commit(root)
+    if commit:
+        tags[TAG_GIT_COMMIT] = commit
+    tags.update(extra or {})
+    return tags
+
+
+def git_commit(root: Path) -> str | None:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True,
+                             text=True, timeout=10, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None
+
+
+def _ensure_experiment(name: str, root: Path) -> str:
+    import mlflow
+
+    experiment = mlflow.get_experiment_by_name(name)
+    if experiment is not None:
+        return experiment.experiment_id
+    location = artifact_root(root)
+    location.mkdir(parents=True, exist_ok=True)
+    return mlflow.create_experiment(name, artifact_location=location.as_uri())
+
+
+@contextlib.contextmanager
+def start_run(stage: str, *, tags: Mapping[str, str] | None = None,
+              system_metrics: bool = False, nested: bool = False,
+              system_metrics_interval_s: float | None = None,
+              parent_run_id: str | None = None,
+              resume_run_id: str | None = None) -> Iterator[MlflowTracker]:
+    """One MLflow run for one stage execution; FAILED on error, KILLED on interrupt.
+
+    ``parent_run_id`` makes it a child run (nested when the parent is active in this process);
+    ``resume_run_id`` reopens that run when the store holds it (a resumed tuning study).
+
+    ``system_metrics`` turns on MLflow's own system metrics, sampled every
+    ``system_metrics_interval_s`` seconds (MLflow's default when None).
+    """
+    import mlflow
+
+    if system_metrics and system_metrics_interval_s is not None:
+        mlflow.set_system_metrics_sampling_interval(system_metrics_interval_s)
+        mlflow.set_system_metrics_samples_before_logging(SYSTEM_SAMPLES_BEFORE_LOGGING)
+
+    root = repo_root()
+    uri = tracking_uri(root)
+    if uri.startswith("sqlite:///"):
+        Path(uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+    mlflow.set_tracking_uri(uri)
+    experiment = os.environ.get("MLFLOW_EXPERIMENT_NAME", DEFAULT_EXPERIMENT)
+    experiment_id = _ensure_experiment(experiment, root)
+    nested = nested or (parent_run_id is not None and mlflow.active_run() is not None)
+    run = mlflow.start_run(run_id=_existing_run(resume_run_id), experiment_id=experiment_id,
+                           run_name=stage, nested=nested, parent_run_id=parent_run_id,
+                           tags=run_tags(stage, root, tags), log_system_metrics=system_metrics)
+    log.info("mlflow run %s (%s) in %s", run.info.run_id, stage, uri)
+    status = "FAILED"  # stays so for any exception that leaves the block
+    try:
+        yield MlflowTracker(run.info.run_id)
+        status = "FINISHED"
+    except KeyboardInterrupt:
+        status = "KILLED"
+        raise
+    finally:
+        mlflow.end_run(status=status)
+
+
+@contextlib.contextmanager
+def scratch_dir() -> Iterator[Path]:
+    """A temporary folder for artifacts that are logged and then dropped."""
+    with tempfile.TemporaryDirectory(prefix="leakpipe-") as tmp:
+        yield Path(tmp)
+
+
+# -- runs looked up across stages -----------------------------------------------------------------
+
+
+def _client() -> Any:
+    import mlflow
+
+    mlflow.set_tracking_uri(tracking_uri())
+    return mlflow.MlflowClient()
+
+
+def find_run_id(stage: str, tags: Mapping[str, str]) -> str | None:
+    """The newest run of ``stage`` carrying every tag in ``tags`` (None when there is none)."""
+    from mlflow.exceptions import MlflowException
+
+    clauses = [f"tags.`{TAG_STAGE}` = '{stage}'"]
+    clauses += [f"tags.`{key}` = '{value}'" for key, value in tags.items()]
+    try:
+        client = _client()
+        runs = client.search_runs(
+            experiment_ids=[e.experiment_id for e in client.search_experiments()],
+            filter_string=" and ".join(clauses), order_by=["attributes.start_time DESC"],
+            max_results=1)
+    except MlflowException as exc:
+        log.warning("could not search MLflow runs (%s)", exc)
+        return None
+    return runs[0].info.run_id if runs else None
+
+
+def _existing_run(run_id: str | None) -> str | None:
+    """``run_id`` when the current store holds that run, else None (start a new one)."""
+    if run_id is None:
+        return None
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
+
+    try:
+        return MlflowClient().get_run(run_id).info.run_id
+    except MlflowException:
+        log.info("mlflow run %s is not in %s; starting a new run", run_id, tracking_uri())
+        return None
+
+
+def end_run_by_id(run_id: str, status: str = "KILLED") -> None:
+    """Close a run that another process left open (a tuning worker that died)."""
+    from mlflow import MlflowClient
+
+    MlflowClient(tracking_uri()).set_terminated(run_id, status=status)
+
+
+def end_run_if_running(run_id: str, status: str = "KILLED") -> bool:
+    """Close ``run_id`` when it is still RUNNING (its process was killed); True if it was."""
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
+
+    client = MlflowClient(tracking_uri())
+    try:
+        running = client.get_run(run_id).info.status == "RUNNING"
+    except MlflowException:
+        return False
+    if running:
+        client.set_terminated(run_id, status=status)
+    return running

@@ -1,0 +1,150 @@
+"""What a stage logs through: the ``Tracker`` protocol, ``NullTracker`` and ``MlflowTracker``.
+
+A tracker also logs the trained network (``log_model``: ``mlflow.pytorch`` with a signature and
+an input example).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Protocol
+
+from leakpipe.tracking.names import MODEL_NAME
+
+
+class Tracker(Protocol):
+    """What stages may do with a run; ``NullTracker`` does nothing, ``MlflowTracker`` logs."""
+
+    run_id: str | None
+
+    def log_params(self, params: Mapping[str, Any]) -> None: ...
+    def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None: ...
+    def log_artifact(self, path: Path, subdir: str | None = None) -> None: ...
+    def log_dict(self, data: Mapping[str, Any], name: str) -> None: ...
+    def set_tags(self, tags: Mapping[str, str]) -> None: ...
+    def log_figure(self, figure: Any, name: str) -> None: ...
+    def log_table(self, columns: Mapping[str, list[Any]], name: str) -> None: ...
+    def log_model(self, model: Any, input_example: Any,
+                  code_paths: list[Path] | None = None) -> None: ...
+
+
+class NullTracker:
+    """A tracker that records nothing (tests, dry runs)."""
+
+    run_id: str | None = None
+
+    def log_params(self, params: Mapping[str, Any]) -> None:
+        pass
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
+        pass
+
+    def log_artifact(self, path: Path, subdir: str | None = None) -> None:
+        pass
+
+    def log_dict(self, data: Mapping[str, Any], name: str) -> None:
+        pass
+
+    def set_tags(self, tags: Mapping[str, str]) -> None:
+        pass
+
+    def log_figure(self, figure: Any, name: str) -> None:
+        pass
+
+    def log_table(self, columns: Mapping[str, list[Any]], name: str) -> None:
+        pass
+
+    def log_model(self, model: Any, input_example: Any,
+                  code_paths: list[Path] | None = None) -> None:
+        pass
+
+
+class MlflowTracker:
+    """Logs into the active MLflow run."""
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+
+    def log_params(self, params: Mapping[str, Any]) -> None:
+        import mlflow
+
+        mlflow.log_params({k: _param_value(v) for k, v in flatten(params).items()})
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
+        import mlflow
+
+        mlflow.log_metrics({k: float(v) for k, v in flatten(metrics).items()}, step=step)
+
+    def log_artifact(self, path: Path, subdir: str | None = None) -> None:
+        import mlflow
+
+        mlflow.log_artifact(str(path), artifact_path=subdir)
+
+    def log_dict(self, data: Mapping[str, Any], name: str) -> None:
+        import mlflow
+
+        mlflow.log_dict(dict(data), name)
+
+    def set_tags(self, tags: Mapping[str, str]) -> None:
+        import mlflow
+
+        mlflow.set_tags(dict(tags))
+
+    def log_figure(self, figure: Any, name: str) -> None:
+        """A matplotlib figure as an image artifact (``name`` ends in .png / .svg)."""
+        import mlflow
+
+        mlflow.log_figure(figure, name)
+
+    def log_table(self, columns: Mapping[str, list[Any]], name: str) -> None:
+        """Columns of equal length as an MLflow table (JSON artifact, shown in the UI)."""
+        import mlflow
+
+        mlflow.log_table(data=dict(columns), artifact_file=name)
+
+    def log_model(self, model: Any, input_example: Any,
+                  code_paths: list[Path] | None = None) -> None:
+        """A torch ``model`` (eval mode, CPU) as the run's MLflow PyTorch model ``model``.
+
+        ``input_example`` is a NumPy batch of >= 2 inputs; the signature is inferred from it and
+        the model's output on it. Requirements are pinned here rather than inferred (inference
+        re-loads the model in a subprocess); ``code_paths`` ship the code the model needs.
+        """
+        import mlflow.pytorch
+        import torch
+        from mlflow.models import infer_signature
+
+        with torch.inference_mode():
+            output = model(torch.as_tensor(input_example)).numpy()
+        mlflow.pytorch.log_model(
+            model, name=MODEL_NAME, input_example=input_example,
+            signature=infer_signature(input_example, output),
+            pip_requirements=_model_requirements(),
+            code_paths=[str(p) for p in code_paths or []])
+
+
+def flatten(data: Mapping[str, Any], prefix: str = "", sep: str = ".") -> dict[str, Any]:
+    """{'a': {'b': 1}} -> {'a.b': 1}; keys already holding '/' are kept as they are."""
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        name = f"{prefix}{sep}{key}" if prefix else str(key)
+        if isinstance(value, Mapping):
+            out.update(flatten(value, name, sep))
+        else:
+            out[name] = value
+    return out
+
+
+def _model_requirements() -> list[str]:
+    """Pinned requirements of a logged PyTorch model: torch and numpy as installed here."""
+    import numpy
+    import torch
+
+    return [f"torch=={torch.__version__.split('+')[0]}", f"numpy=={numpy.__version__}"]
+
+
+def _param_value(value: Any) -> str:
+    if isinstance(value, list | tuple):
+        return ",".join(str(v) for v in value)
+    return str(value)

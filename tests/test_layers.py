@@ -1,0 +1,157 @@
+"""leakpipe's imports only point down: the layer order below is the architecture.
+
+Each line of ``LAYERS`` is one layer, lowest first. A module may import its own package and
+any package of a LOWER layer; never a package of its own layer or above (a sibling there is a
+peer: the evaluate stage does not reach into training, predict does not reach into evaluate).
+Module cycles fail too (imports under ``if TYPE_CHECKING:`` never run, so they cannot form
+one). Imports inside functions count: a lazy import is still a dependency. Read statically
+(AST), nothing is imported.
+
+Where a change goes (docs/architecture.md says the same):
+
+- constants / errors / paths / logs: names and exceptions everything shares;
+- files, metric_names, config: atomic writes and hashes, metric naming, typed params;
+- runtime (device / precision / memory format, decided once), allocator, tracking (the one
+  MLflow adapter), monitor (training diagnostics);
+- decision (voting, metrics, operating point: pure), audio, features;
+- model (LeakCNN), data (HDF5 format, batch sources);
+- inference (the exact fast form), index, preload, validate, build: what the early stages do;
+- scoring: the one loop that runs a network over batches of whole files;
+- detector: the network and detector files;
+- train, evaluate, predict: the three users of a network, peers;
+- tune (calls train's fit), baselines (reuses evaluate's figures), realcheck (all three);
+- commands: argument parsing, one call each; then cli, the dispatch table.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from tests.test_dvc_deps import PACKAGE, REPO, imported_names, module_file
+
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("__init__", "constants"),
+    ("errors", "paths", "logs"),
+    ("files", "metric_names", "config"),
+    ("runtime", "allocator", "tracking", "monitor"),
+    ("decision", "audio", "features"),
+    ("model", "data"),
+    ("inference", "index", "preload", "validate", "build"),
+    ("scoring",),
+    ("detector",),
+    ("train", "evaluate", "predict"),
+    ("tune", "baselines", "realcheck"),
+    ("commands",),
+    ("cli",),
+)
+LAYER_OF = {unit: rank for rank, units in enumerate(LAYERS) for unit in units}
+
+
+def unit_of(path: Path) -> str:
+    """leakpipe/train/fit.py -> train, leakpipe/model.py -> model (the unit a layer holds)."""
+    parts = path.relative_to(REPO / PACKAGE).with_suffix("").parts
+    return parts[0]
+
+
+def runtime_names(path: Path) -> set[str]:
+    """``imported_names`` without the imports under ``if TYPE_CHECKING:`` (never executed)."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    typing_only = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If)
+                   and getattr(node.test, "id", None) == "TYPE_CHECKING"
+                   for stmt in node.body for n in ast.walk(stmt)}
+    names = imported_names(path)
+    for node in ast.walk(tree):
+        if id(node) in typing_only and isinstance(node, ast.ImportFrom) and not node.level:
+            names.discard(node.module or "")
+            names.difference_update(f"{node.module}.{a.name}" for a in node.names)
+    return names
+
+
+def module_edges(typing: bool = True) -> dict[Path, set[Path]]:
+    """Every package module -> the package modules it imports (not their parent packages);
+    ``typing=False`` leaves out type-checking-only imports."""
+    edges: dict[Path, set[Path]] = defaultdict(set)
+    for path in sorted((REPO / PACKAGE).rglob("*.py")):
+        for name in (imported_names(path) if typing else runtime_names(path)):
+            target = module_file(name)
+            if target is not None and target != path:
+                edges[path].add(target)
+    return edges
+
+
+def test_every_package_unit_has_a_layer() -> None:
+    units = {unit_of(p) for p in (REPO / PACKAGE).rglob("*.py")}
+    assert sorted(units - set(LAYER_OF)) == [], "add new modules / packages to LAYERS"
+
+
+def test_imports_point_down() -> None:
+    upward = []
+    for source, targets in module_edges().items():
+        a = unit_of(source)
+        for target in targets:
+            b = unit_of(target)
+            if a != b and LAYER_OF[b] >= LAYER_OF[a]:
+                kind = "sideways" if LAYER_OF[b] == LAYER_OF[a] else "upward"
+                upward.append(f"{source.relative_to(REPO)} -> {target.relative_to(REPO)} "
+                              f"({kind}: {a} is layer {LAYER_OF[a]}, {b} layer {LAYER_OF[b]})")
+    assert upward == []
+
+
+def test_no_import_cycles() -> None:
+    edges = module_edges(typing=False)
+    state: dict[Path, int] = {}   # 1 = on the current path, 2 = done
+    cycles = []
+
+    def visit(node: Path, trail: list[Path]) -> None:
+        state[node] = 1
+        for nxt in sorted(edges.get(node, ())):
+            if state.get(nxt) == 1:
+                loop = trail[trail.index(nxt):] + [nxt]
+                cycles.append(" -> ".join(str(p.relative_to(REPO)) for p in loop))
+            elif nxt not in state:
+                visit(nxt, trail + [nxt])
+        state[node] = 2
+
+    for start in sorted(edges):
+        if start not in state:
+            visit(start, [start])
+    assert cycles == []
+
+
+@pytest.mark.parametrize(("unit", "expected"), [("train", 9), ("scoring", 7), ("cli", 12)])
+def test_layer_table_reads_as_documented(unit: str, expected: int) -> None:
+    assert LAYER_OF[unit] == expected
+
+
+def test_an_upward_import_is_caught(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The check itself: a decision module importing the trainer is reported."""
+    bad = REPO / PACKAGE / "decision" / "_layer_probe.py"
+    bad.write_text('"""probe"""\nfrom leakpipe.train import fit\n')
+    try:
+        with pytest.raises(AssertionError, match="_layer_probe.py -> leakpipe/train"):
+            test_imports_point_down()
+    finally:
+        bad.unlink()
+
+
+@pytest.mark.parametrize("command", ["evaluate", "predict"])
+def test_scoring_commands_never_load_the_trainer(command: str) -> None:
+    """`leakpipe evaluate` / `predict` with every module their run() imports lazily, in a fresh
+    interpreter: nothing of leakpipe.train is loaded (nor torch's trainer parts with it)."""
+    path = REPO / PACKAGE / "commands" / f"{command}.py"
+    modules = sorted({f"{PACKAGE}.commands.{command}",
+                      *(n for n in imported_names(path) if module_file(n) is not None)})
+    code = ("import importlib, sys\n"
+            "for name in sys.argv[1:]:\n"
+            "    importlib.import_module(name)\n"
+            "print(sorted(m for m in sys.modules if m.startswith('leakpipe.train')))\n")
+    out = subprocess.run([sys.executable, "-c", code, *modules], capture_output=True, text=True,
+                         check=True, cwd=REPO)
+    assert out.stdout.strip() == "[]"
+    assert f"{PACKAGE}.{command}" in modules or f"{PACKAGE}.{command}.run" in modules
