@@ -18,6 +18,7 @@ import yaml
 from mlflow.tracking import MlflowClient
 
 from tests.conftest import REPO
+from tests.test_dvc_deps import STAGES, required_files
 
 pytestmark = pytest.mark.slow
 BIN = Path(sys.executable).parent
@@ -129,6 +130,37 @@ def test_bytecode_caches_do_not_make_stages_stale(reproduced: tuple[Path, str]) 
         for path in written:
             path.unlink()
     assert "modified" not in out and "changed deps" not in out, out
+
+
+def _stale(project: Path) -> set[str]:
+    """Stages `dvc status` calls changed, `index` (always_changed) left out."""
+    status = json.loads(_run([str(BIN / "dvc"), "status", "--json"], project) or "{}")
+    return {name.split(":")[-1] for name in status} - {"index"}
+
+
+@pytest.mark.parametrize(("module", "must", "must_not"), [
+    ("leakpipe/evaluate/report.py", {"evaluate", "baselines"}, {"train", "tune", "build"}),
+    ("leakpipe/scoring/score.py", {"train", "evaluate", "tune"}, {"build", "synth"}),
+    ("leakpipe/predict.py", set(), {"train", "evaluate", "tune", "baselines"}),
+])
+def test_touching_a_module_makes_exactly_its_importers_stale(
+        reproduced: tuple[Path, str], module: str, must: set[str], must_not: set[str]) -> None:
+    """dvc.yaml's code deps are each stage's import closure: a change to a module re-runs the
+    stages that import it (directly or not) and no other."""
+    project, _ = reproduced
+    importers = {stage for stage, (script, _) in STAGES.items()
+                 if module in required_files(script)}
+    assert must <= importers and not must_not & importers
+    path = project / module
+    original = path.read_text()
+    path.write_text(original + "\n# touched\n")
+    try:
+        stale = _stale(project)
+    finally:
+        path.write_text(original)
+    # a stale stage also makes the stages after it stale: compare the directly changed ones
+    assert importers <= stale and not must_not & stale, (module, sorted(stale))
+    assert _stale(project) == set()
 
 
 def test_a_bad_param_stops_the_run_before_any_output_is_removed(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,16 +15,18 @@ import torch
 from leakpipe import tracking
 from leakpipe.audio.io import load_clips
 from leakpipe.cli import main
-from leakpipe.config import ModelConfig
+from leakpipe.config import ModelConfig, load_section
 from leakpipe.constants import BINARY_CLASSES, KNOWN_CLASSES
 from leakpipe.data.input_norm import normalize_clips
 from leakpipe.decision.voting import VotingConfig, file_scores, segment_leak_prob
-from leakpipe.detector import load_detector, save_detector
+from leakpipe.detector import Detector, load_detector, save_detector
 from leakpipe.errors import DataError
 from leakpipe.features.mel import clip_features
 from leakpipe.files import save_torch_atomic
 from leakpipe.model import create_model
-from leakpipe.predict import COLUMNS
+from leakpipe.predict import COLUMNS, scoring_rules
+from leakpipe.scoring.batching import BatchLimits
+from tests.conftest import PARAMS
 from tests.helpers_detector import copied_store, restore_logging
 from tests.helpers_h5 import SMALL_FEATURES
 
@@ -56,10 +59,20 @@ def detector_path(tmp_path: Path) -> Path:
     torch.manual_seed(0)
     model = create_model(MODEL, len(BINARY_CLASSES))
     path = tmp_path / "detector.pt"
-    save_detector(path, model=model.eval(), model_cfg=MODEL, class_names=BINARY_CLASSES,
-                  data_class_names=KNOWN_CLASSES, binary=True, features=SMALL_FEATURES,
-                  voting=VotingConfig(prob_mode="blend", rule="long_vote"), threshold=0.5,
-                  metrics={})
+    return _save(path, model.eval(), "none")
+
+
+LIMITS = BatchLimits(max_segments=16384, cpu_max_segments=1024, safety=0.5,
+                     host_reserve_mb=512.0, device_reserve_mb=1024.0)
+
+
+def _save(path: Path, model: torch.nn.Module, input_norm: str,
+          limits: BatchLimits | None = LIMITS, min_clip_fraction: float | None = 0.5) -> Path:
+    save_detector(path, Detector(
+        model=model, model_cfg=MODEL, class_names=BINARY_CLASSES,
+        data_class_names=KNOWN_CLASSES, binary=True, features=SMALL_FEATURES,
+        voting=VotingConfig(prob_mode="blend", rule="long_vote"), threshold=0.5, metrics={},
+        input_norm=input_norm, batch_limits=limits, min_clip_fraction=min_clip_fraction))
     return path
 
 
@@ -176,11 +189,7 @@ def test_model_loads_from_an_mlflow_uri(tmp_path: Path, recordings: Path, detect
 def _detector(path: Path, input_norm: str) -> Path:
     torch.manual_seed(0)
     model = create_model(MODEL, len(BINARY_CLASSES)).eval()
-    save_detector(path, model=model, model_cfg=MODEL, class_names=BINARY_CLASSES,
-                  data_class_names=KNOWN_CLASSES, binary=True, features=SMALL_FEATURES,
-                  voting=VotingConfig(prob_mode="blend", rule="long_vote"), threshold=0.5,
-                  metrics={}, input_norm=input_norm)
-    return path
+    return _save(path, model, input_norm)
 
 
 def test_detector_carries_input_norm_and_version_1_files_mean_none(tmp_path: Path) -> None:
@@ -223,3 +232,34 @@ def test_predict_normalises_each_clip_as_the_detector_says(tmp_path: Path,
         assert np.abs(loud - quiet).max() > 1e-3
     else:
         np.testing.assert_allclose(loud, quiet, atol=2e-4)
+
+
+def test_scoring_rules_come_from_the_detector_or_else_from_params(tmp_path: Path) -> None:
+    """evaluate stores the batch caps and the shortest usable recording in the detector;
+    a detector written before that takes them from params.yaml, and without one says so."""
+    torch.manual_seed(0)
+    model = create_model(MODEL, len(BINARY_CLASSES)).eval()
+    own = load_detector(_save(tmp_path / "own.pt", model, "none",
+                              dataclasses.replace(LIMITS, cpu_max_segments=7), 0.9))
+    rules = scoring_rules(own, tmp_path / "absent.yaml")
+    assert rules.limits.cap(torch.device("cpu")) == 7 and rules.min_clip_fraction == 0.9
+    old = load_detector(_save(tmp_path / "old.pt", model, "none", None, None))
+    from_params = scoring_rules(old, PARAMS)
+    evaluate, build = load_section(PARAMS, "evaluate"), load_section(PARAMS, "build")
+    assert from_params.limits.cpu_max_segments == evaluate.cpu_max_batch_segments
+    assert from_params.min_clip_fraction == build.min_clip_fraction
+    with pytest.raises(DataError, match="absent.yaml: no such params file"):
+        scoring_rules(old, tmp_path / "absent.yaml")
+
+
+def test_a_recording_shorter_than_the_detectors_minimum_is_refused(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    model = create_model(MODEL, len(BINARY_CLASSES)).eval()
+    strict = _save(tmp_path / "strict.pt", model, "none", LIMITS, 0.9)
+    sf.write(tmp_path / "short.wav", np.zeros(int(0.5 * RATE), np.float32), RATE)
+    out = tmp_path / "out.csv"
+    assert _predict(tmp_path / "short.wav", "--model", strict, "--out", out) == 0
+    assert _rows(out)["short.wav"]["status"] == "error"
+    lenient = _save(tmp_path / "lenient.pt", model, "none", LIMITS, 0.1)
+    assert _predict(tmp_path / "short.wav", "--model", lenient, "--out", out) == 0
+    assert _rows(out)["short.wav"]["status"] == "ok"

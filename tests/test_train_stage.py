@@ -1,4 +1,4 @@
-"""The train stage end to end on tiny, learnable splits: detector, metrics, plots, MLflow run.
+"""The train stage end to end on tiny, learnable splits: network file, metrics, plots, MLflow run.
 
 Also holds the helpers the signal and DDP tests share: ``make_workspace`` writes easy splits
 (class c raises mel bands 2c..2c+2), a real preload plan for them and a params file with a
@@ -31,7 +31,8 @@ from leakpipe.config import PreloadConfig, from_mapping, load_section
 from leakpipe.constants import KNOWN_CLASSES, PLACEMENT_STREAM
 from leakpipe.data.reader import open_split
 from leakpipe.data.writer import SplitWriter
-from leakpipe.detector import load_detector
+from leakpipe.detector import load_detector, load_network
+from leakpipe.errors import DataError
 from leakpipe.preload import Budget, plan_training, read_shapes
 from leakpipe.preload.plan import read_plan
 from leakpipe.train import checkpoint as ck
@@ -175,21 +176,23 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Trained]:
     torch.use_deterministic_algorithms(False)
 
 
-def test_stage_writes_a_detector_with_the_threshold_chosen_on_val(trained: Trained) -> None:
+def test_stage_writes_the_network_and_the_threshold_chosen_on_val(trained: Trained) -> None:
+    """model.pt is the network alone: evaluate, not train, chooses the operating point."""
     assert trained.rc == 0
     metrics = read_metrics(trained.ws)
-    detector = load_detector(trained.ws.model)
+    network = load_network(trained.ws.model)
     assert metrics["val"]["file_f1"] == 1.0                       # easy data: every leak found
-    assert detector.threshold == metrics["val"]["file_threshold"] == metrics["threshold"]
-    assert detector.threshold != 0.5 and detector.metrics["val/file_f1"] == 1.0
-    # timing figures stay out of the file, so identical weights give identical bytes
-    assert "samples_per_s" in metrics["perf"]                    # measured, in metrics/train.json
-    assert not [k for k in detector.metrics if k.startswith("perf/")]
-    assert detector.class_names == KNOWN_CLASSES and detector.features == SMALL_FEATURES
+    assert metrics["val"]["file_threshold"] == metrics["threshold"] != 0.5
+    raw = torch.load(trained.ws.model, weights_only=True)
+    assert raw["format"] == "leakpipe.network"
+    assert not {"threshold", "voting", "metrics"} & set(raw)      # no operating point, no timings
+    with pytest.raises(DataError, match="without an operating point"):
+        load_detector(trained.ws.model)
+    assert network.class_names == KNOWN_CLASSES and network.features == SMALL_FEATURES
     ckpt = ck.load_checkpoint(trained.ws.checkpoints / ck.BEST_NAME)
-    assert ckpt["epoch"] == metrics["best_epoch"] and ckpt["threshold"] == detector.threshold
+    assert ckpt["epoch"] == metrics["best_epoch"] and ckpt["threshold"] == metrics["threshold"]
     for key, value in ckpt["model"].items():
-        assert torch.equal(detector.model.state_dict()[key], value), key
+        assert torch.equal(network.model.state_dict()[key], value), key
 
 
 def test_metrics_file_and_plot_data(trained: Trained) -> None:
@@ -258,14 +261,6 @@ def test_logged_model_has_a_signature_and_predicts(trained: Trained) -> None:
     out = pyfunc.predict(x)                                         # (3, C + 1)
     assert out.shape == (3, len(KNOWN_CLASSES) + 1)
     assert np.allclose(out[:, :-1].sum(axis=1), 1.0, atol=1e-5)
-
-
-def test_train_run_logs_the_detector_file_for_predict(trained: Trained) -> None:
-    (run,) = mlflow_runs(trained.uri)
-    mlflow.set_tracking_uri(trained.uri)
-    logged = tracking.download_model(run.data.tags[tracking.TAG_DETECTOR_URI])
-    assert logged.read_bytes() == trained.ws.model.read_bytes()
-    assert load_detector(logged).threshold == load_detector(trained.ws.model).threshold
 
 
 def _artifacts(client: mlflow.MlflowClient, run_id: str, path: str = "") -> set[str]:
