@@ -45,3 +45,9 @@ clean:
 .PHONY: ui
 ui: $(STAMP)
 	$(BIN)/leakpipe ui
+
+# Every CUDA code path on this machine's GPU -> benchmarks/results/gpu_check.json (a few minutes;
+# without CUDA every check is recorded as skipped and it exits 0).
+.PHONY: gpu-check
+gpu-check: $(STAMP)
+	$(BIN)/python benchmarks/gpu_check.py

@@ -9,11 +9,11 @@ segments); the original ran the LeakCNN module itself:
 1. ceiling: the inference form's forward pass alone on batches of whole files already in place
    (float32, on the device), as many and as large as leakpipe's: the compute bound;
 2. leakpipe: ``leakpipe.scoring.score.score_batches`` with the inference form, called as the
-   evaluate stage calls it (``leakpipe.evaluate.run``), over ``FileOrderBatches`` sized by the
-   memory budget (``leakpipe.scoring.batching.batch_segments``), then every threshold of the
-   `decision` grid decided by the rule in one pass (``file_decisions``); the split resident in
-   RAM (``ram``, loaded before the clock starts, load time reported) and streamed from HDF5
-   (``stream``, reads included);
+   evaluate stage calls it (``leakpipe.evaluate.detector_evaluation``), over ``FileOrderBatches``
+   sized by the memory budget (``leakpipe.scoring.batching.batch_segments``), then every
+   threshold of the `decision` grid decided by the rule in one pass (``file_decisions``); the
+   split resident in RAM (``ram``, loaded before the clock starts, load time reported) and
+   streamed from HDF5 (``stream``, reads included);
 3. per-file loop (the original): per file one h5py read, one forward pass of the LeakCNN module,
    one host copy of its probabilities, then its vote;
 4. per-file loop with the inference form: the same loop on leakpipe's network, to show how much

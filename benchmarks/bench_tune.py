@@ -24,7 +24,7 @@ from typing import Any
 import torch
 import yaml
 
-from leakpipe.tune.run import TunePaths, run_study
+from leakpipe.tune.driver import TunePaths, run_study
 
 REPO = Path(__file__).resolve().parents[1]
 SECONDS_PER_HOUR = 3600.0

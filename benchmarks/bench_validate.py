@@ -32,7 +32,7 @@ import numpy as np
 from leakpipe.config import FeatureConfig, ValidateConfig, load_section
 from leakpipe.constants import KNOWN_CLASSES, SPLITS
 from leakpipe.data.writer import SplitWriter
-from leakpipe.validate.run import validate_splits
+from leakpipe.validate.split_validation import validate_splits
 
 REPO = Path(__file__).resolve().parents[1]
 MB = 1e6

@@ -15,10 +15,10 @@ stops the others:
 * ``amp_fp16_fit`` / ``amp_bf16_fit``: ``fit()`` under ``make_runtime("cuda", "fp16" / "bf16",
   True)`` (fp16: ``device`` placement, TrainMonitor probe; bf16: ``ram`` placement): finite
   losses, autocast output dtype, GradScaler state, checkpoints written and readable;
-* ``channels_last``: parameters, inputs, conv activations and gradients in channels_last, the
-  same outputs as the contiguous model;
-* ``fused_adamw``: the optimizer is fused on CUDA, matches unfused AdamW, and GradScaler skips
-  a step with non-finite gradients;
+* ``channels_last``: conv weights (also after training steps), the input and the conv
+  activations in channels_last; the same outputs as the contiguous model;
+* ``fused_adamw``: the optimizer is fused on CUDA, matches unfused AdamW on equal gradients,
+  and GradScaler skips a step with non-finite gradients;
 * ``compile_fit``: ``fit()`` with ``train.compile: true`` (1 epoch);
 * ``placement_device`` / ``placement_ram_pinned``: ``load_resident`` on the GPU, and in pinned
   RAM with side-stream prefetch (``ResidentData.overlap_copies``): training and file-order
@@ -32,12 +32,14 @@ stops the others:
 * ``train_step_profile``: GPU utilisation (NVML) during training epochs and the median / p99
   step time, host-side (leakpipe's profiler) and with a ``torch.cuda.synchronize`` per step.
 
-Writes ONE JSON (``--out``): the machine (torch, CUDA, cuDNN, NCCL, GPU, driver) and per check
-``{ok, seconds, details}`` or ``{ok: false, seconds, error}`` (one line). Without CUDA every
-check is ``{ok: false, skipped: "no CUDA device"}`` and the exit status is 0, so it is safe to
-run anywhere; otherwise the exit status is 1 when a check failed. leakpipe is imported inside
+Writes ONE JSON (``--out``; rewritten after each check, so a run that dies leaves what it found):
+the machine (torch, CUDA, cuDNN, NCCL, GPU, driver) and per check ``{ok, seconds, details}`` or
+``{ok: false, seconds, error}`` (one line). Without CUDA every check is ``{ok: false, skipped:
+"no CUDA device"}`` and the exit status is 0, so it is safe to run anywhere; otherwise the exit
+status is 1 when a check failed. leakpipe is imported inside
 the checks, so a broken module fails only the checks that use it. Without the project's venv
-(a bare GPU image): ``PYTHONPATH=. python3 benchmarks/gpu_check.py``.
+(a bare GPU image): ``PYTHONPATH=. python3 benchmarks/gpu_check.py``. ``--device cpu`` runs the
+same code on the CPU, to test this script without a GPU (the CUDA expectations then fail).
 
     python benchmarks/gpu_check.py [--out benchmarks/results/gpu_check.json] \
         [--train-files 512] [--val-files 128] [--seconds 5] [--only NAME ...]
@@ -74,7 +76,9 @@ log = logging.getLogger("gpu_check")
 REPO = Path(__file__).resolve().parents[1]
 PARAMS = REPO / "params.yaml"
 DEFAULT_OUT = REPO / "benchmarks" / "results" / "gpu_check.json"
+CPU_OUT = Path(tempfile.gettempdir()) / "gpu_check_cpu.json"   # --device cpu: not a GPU result
 NO_CUDA = "no CUDA device"
+NOT_RUN = "not run (the run stopped before it)"
 SEED = 0
 CLIPS_PER_RECORDING = 2
 SITES = 4
@@ -84,7 +88,7 @@ SAMPLE_S = 0.1             # NVML / system sampling interval of the checks
 FP32_TOL = 1e-3            # batched vs per-file probabilities, float32 (TF32 convolutions)
 FP16_TOL = 1e-2            # the same under fp16 autocast
 ADAM_TOL = 1e-5            # fused vs unfused AdamW parameters after 3 steps on equal gradients
-SYNCED_STEPS = 50          # steps timed one by one with a synchronize each
+SYNCED_STEPS = 50          # steps timed one by one with a synchronize each (at most)
 DDP_TIMEOUT_S = 300
 ERROR_CHARS = 300
 
@@ -269,7 +273,8 @@ def check_amp_bf16_fit(setup: Setup) -> dict[str, Any]:
 
 
 def check_channels_last(setup: Setup) -> dict[str, Any]:
-    """Parameters, input, conv activations and gradients in channels_last; same outputs."""
+    """Conv weights (also after 3 steps), input and conv activations in channels_last; the
+    same logits as the contiguous model."""
     from leakpipe.model import create_model
     from leakpipe.train.loop import train_one_epoch
     from leakpipe.train.optim import create_optimization
@@ -284,11 +289,12 @@ def check_channels_last(setup: Setup) -> dict[str, Any]:
     x, y = first_batch(setup, runtime)
     x_dev = runtime.to_device(x)
     acts = conv_activation_formats(model, x_dev)
-    with torch.no_grad():
-        diff = (model(x_dev)[0] - plain(x_dev.contiguous())[0]).abs().max().item()
+    with torch.no_grad():                                   # eval: no dropout
+        diff = (model.eval()(x_dev)[0] - plain.eval()(x_dev.contiguous())[0]).abs().max().item()
     details: dict[str, Any] = {
         "conv_params": len(conv), "params_channels_last": all(is_cl(p) for p in conv),
-        "input_channels_last": is_cl(x_dev), "conv_activations_channels_last": acts,
+        "input_channels_last": is_cl(x_dev),    # (B, 1, M, 1): trivially both formats
+        "conv_activations_channels_last": acts,
         "max_abs_diff_vs_contiguous": diff}
     optim = create_optimization(model, setup.cfg, runtime.device, 10, scaler_enabled=False)
     train_one_epoch(model, [(x, y, torch.zeros_like(y))] * 3, make_loss(setup, info), optim,
@@ -308,17 +314,21 @@ def check_fused_adamw(setup: Setup) -> dict[str, Any]:
     from leakpipe.model import create_model
     from leakpipe.train.optim import create_optimization, param_groups
 
-    runtime = runtime_for(setup, "off")
+    runtime, info = runtime_for(setup, "off"), train_info(setup)
     torch.manual_seed(SEED)
-    model = runtime.place(create_model(setup.model, len(train_info(setup).classes)))
+    model = runtime.place(create_model(setup.model, len(info.classes)))
     ref = copy.deepcopy(model)
     optim = create_optimization(model, setup.cfg, runtime.device, 10, scaler_enabled=True)
     fused = bool(optim.optimizer.defaults.get("fused"))
     ref_opt = torch.optim.AdamW(param_groups(ref, setup.cfg.weight_decay), fused=False)
     x, y = first_batch(setup, runtime)
-    x = runtime.to_device(x)
+    x, loss_fn = runtime.to_device(x), make_loss(setup, info)
+
+    def loss(net: torch.nn.Module) -> torch.Tensor:
+        return loss_fn(*net(x), y).total
+
     for _ in range(3):   # the same gradients for both (cuDNN backward is not deterministic)
-        optim.backward(torch.nn.functional.cross_entropy(model(x)[0], y))
+        optim.backward(loss(model))
         scale = optim.scaler.get_scale()
         for p, r in zip(model.parameters(), ref.parameters(), strict=True):
             r.grad = p.grad / scale                        # a power of 2: exact
@@ -332,7 +342,7 @@ def check_fused_adamw(setup: Setup) -> dict[str, Any]:
                for a, b in zip(model.parameters(), ref.parameters(), strict=True))
     before = [p.detach().clone() for p in model.parameters()]
     scale = optim.scaler.get_scale()
-    optim.backward(torch.nn.functional.cross_entropy(model(x)[0], y) * float("inf"))
+    optim.backward(loss(model) * float("inf"))
     norm = optim.step(model)
     unchanged = all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
     details = {"fused": fused, "max_abs_diff_vs_unfused_3_steps": diff,
@@ -428,7 +438,7 @@ def check_nvml_sampling(setup: Setup) -> dict[str, Any]:
                "mem_used_mb_max": max((g.mem_used_mb for g in gpus), default=None),
                "mem_total_mb": gpus[0].mem_total_mb if gpus else None}
     require(bool(gpus), f"no GPU samples ({details['note']})")
-    require(details["util_max"] > 0, "GPU utilisation read 0 % throughout a busy GPU")
+    require((details["util_max"] or 0) > 0, "GPU utilisation read 0 % throughout a busy GPU")
     return details
 
 
@@ -667,7 +677,8 @@ def profile_training(setup: Setup, batch_size: int) -> dict[str, Any]:
     profile = profile_steps(steps, setup.monitor.spike_factor, 0, sampler)
     t0, t1 = steps[0].t, steps[-1].t + steps[-1].seconds
     gpus = [g for s in sampler.snapshot() if t0 <= s.t <= t1 for g in s.gpus]
-    synced = synced_steps(source, e, lambda batch: epoch(e, [batch]), runtime.device)
+    synced = synced_steps(source, e, lambda batch: epoch(e, [batch]), runtime.device,
+                          setup.seconds)
     return {"batch_size": batch_size, "steps": profile.steps, "epochs": e - 1,
             "host_p50_ms": profile.p50_ms, "host_p99_ms": profile.p99_ms,
             "data_wait_frac": profile.data_wait_frac, "samples_per_s": profile.samples_per_s,
@@ -680,9 +691,11 @@ def profile_training(setup: Setup, batch_size: int) -> dict[str, Any]:
 
 
 def synced_steps(source: Any, first_epoch: int, step: Callable[[Any], None],
-                 device: torch.device) -> list[float]:
-    """Milliseconds of SYNCED_STEPS single steps, each ended by a synchronize."""
+                 device: torch.device, seconds: float) -> list[float]:
+    """Milliseconds of single steps, each ended by a synchronize: SYNCED_STEPS of them or as
+    many as ``seconds`` allow (at least one)."""
     times: list[float] = []
+    end = time.perf_counter() + seconds
     for e in itertools.count(first_epoch):
         for batch in source.epoch(e):
             sync(device)
@@ -690,7 +703,7 @@ def synced_steps(source: Any, first_epoch: int, step: Callable[[Any], None],
             step(batch)
             sync(device)
             times.append(1e3 * (time.perf_counter() - start))
-            if len(times) == SYNCED_STEPS:
+            if len(times) == SYNCED_STEPS or time.perf_counter() > end:
                 return times
     return times
 
@@ -840,9 +853,41 @@ def skipped(reason: str) -> dict[str, Any]:
     return {"ok": False, "seconds": 0.0, "skipped": reason}
 
 
-def run_all(args: argparse.Namespace, device: torch.device) -> dict[str, dict[str, Any]]:
+class Report:
+    """The one JSON: machine, settings, every check; rewritten after each check, so a run that
+    dies (a crash in a CUDA library, a killed process) still leaves what it found."""
+
+    def __init__(self, args: argparse.Namespace, device: torch.device) -> None:
+        self.out, self.started = args.out, time.perf_counter()
+        self.head = {"machine": machine_facts(device),
+                     "settings": {"train_files": args.train_files, "val_files": args.val_files,
+                                  "seconds": args.seconds, "device": args.device}}
+        self.checks = {name: skipped(NOT_RUN) for name in CHECKS}
+
+    def record(self, name: str, entry: dict[str, Any]) -> None:
+        self.checks[name] = entry
+        self.write()
+
+    @property
+    def summary(self) -> dict[str, Any]:
+        entries = self.checks.values()
+        return {"passed": sum(c["ok"] for c in entries),
+                "failed": sum("error" in c for c in entries),
+                "skipped": sum("skipped" in c for c in entries),
+                "seconds": round(time.perf_counter() - self.started, 1)}
+
+    def write(self) -> None:
+        result = {**self.head, "checks": self.checks, "summary": self.summary}
+        self.out.parent.mkdir(parents=True, exist_ok=True)
+        self.out.write_text(json.dumps(result, indent=2, default=str) + "\n")
+
+
+def run_all(args: argparse.Namespace, device: torch.device, report: Report) -> None:
     """Write the synthetic splits, then run the selected checks in order."""
     selected = args.only or list(CHECKS)
+    for name in CHECKS:
+        if name not in selected:
+            report.record(name, skipped("not selected (--only)"))
     with tempfile.TemporaryDirectory(prefix="leakpipe-gpu-check-") as tmp:
         root = Path(tmp)
         try:
@@ -851,15 +896,19 @@ def run_all(args: argparse.Namespace, device: torch.device) -> dict[str, dict[st
             write_split(setup.val, "val", setup.features, args.val_files, seed=SEED + 1)
         except Exception as exc:  # noqa: BLE001  (every check then reports the same cause)
             log.exception("setup failed")
-            failed = {"ok": False, "seconds": 0.0, "error": f"setup: {one_line(exc)}"}
-            return {name: dict(failed) for name in CHECKS}
-        return {name: run_check(name, check, setup) if name in selected
-                else skipped("not selected (--only)") for name, check in CHECKS.items()}
+            for name in selected:
+                report.record(name, {"ok": False, "seconds": 0.0,
+                                     "error": f"setup: {one_line(exc)}"})
+            return
+        for name in selected:
+            report.record(name, run_check(name, CHECKS[name], setup))
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="the JSON to write")
+    parser.add_argument("--out", type=Path, default=None,
+                        help=f"the JSON to write (default {DEFAULT_OUT.relative_to(REPO)}; "
+                             f"with --device cpu {CPU_OUT})")
     parser.add_argument("--train-files", type=int, default=512,
                         help="clips in the synthetic train split")
     parser.add_argument("--val-files", type=int, default=128,
@@ -873,7 +922,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                              "without a GPU (CUDA-only expectations then fail; no GPU check)")
     parser.add_argument("--ddp-worker", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--data-dir", type=Path, help=argparse.SUPPRESS)
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.out is None:
+        args.out = CPU_OUT if args.device == "cpu" else DEFAULT_OUT
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -883,25 +935,17 @@ def main(argv: list[str] | None = None) -> int:
     device = torch.device(args.device)
     if args.ddp_worker is not None:
         return ddp_worker(args.ddp_worker, args.data_dir, device)
-    started = time.perf_counter()
+    report = Report(args, device)
     if device.type == "cuda" and not torch.cuda.is_available():
         log.info("no CUDA device: every check skipped")
-        checks = {name: skipped(NO_CUDA) for name in CHECKS}
+        for name in CHECKS:
+            report.record(name, skipped(NO_CUDA))
     else:
-        checks = run_all(args, device)
-    result = {"machine": machine_facts(device),
-              "settings": {"train_files": args.train_files, "val_files": args.val_files,
-                           "seconds": args.seconds, "device": args.device},
-              "checks": checks,
-              "summary": {"passed": sum(c["ok"] for c in checks.values()),
-                          "failed": sum(not c["ok"] and "error" in c for c in checks.values()),
-                          "skipped": sum("skipped" in c for c in checks.values()),
-                          "seconds": round(time.perf_counter() - started, 1)}}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2, default=str) + "\n")
-    log.info("passed %d, failed %d, skipped %d -> %s", result["summary"]["passed"],
-             result["summary"]["failed"], result["summary"]["skipped"], args.out)
-    return 1 if result["summary"]["failed"] else 0
+        run_all(args, device, report)
+    summary = report.summary
+    log.info("passed %d, failed %d, skipped %d -> %s", summary["passed"], summary["failed"],
+             summary["skipped"], args.out)
+    return 1 if summary["failed"] else 0
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from leakpipe.config import load_section
 from leakpipe.realcheck.fewshot import FewShotConfig
-from leakpipe.realcheck.run import RESAMPLES, sim_to_real, write_outputs
+from leakpipe.realcheck.sim_to_real import RESAMPLES, sim_to_real, write_outputs
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"

@@ -17,7 +17,7 @@ import yaml
 
 from leakpipe.config import PreloadConfig, from_mapping
 from leakpipe.preload import plan_training, read_shapes
-from leakpipe.tune.run import TunePaths, load_setup
+from leakpipe.tune.driver import TunePaths, load_setup
 from leakpipe.tune.study import open_storage, open_study
 from tests.conftest import PARAMS
 from tests.helpers_h5 import write_splits

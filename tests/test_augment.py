@@ -27,9 +27,9 @@ from leakpipe.data.stream_source import StreamSource
 from leakpipe.data.writer import SplitWriter
 from leakpipe.detector import load_network
 from leakpipe.preload.plan import read_plan
+from leakpipe.train.inputs import prepare_training
 from leakpipe.train.interrupt import StopRequested
 from leakpipe.train.outputs import input_example, save_model
-from leakpipe.train.session import prepare_training
 from tests.conftest import PARAMS
 from tests.test_train_signals import _fit
 from tests.test_train_stage import Workspace, make_workspace

@@ -12,9 +12,9 @@ import yaml
 from scipy.fft import dct
 
 from leakpipe import tracking
+from leakpipe.baselines.comparison import run_baselines
 from leakpipe.baselines.data import read_features
 from leakpipe.baselines.features import clip_level, feature_names, mfcc, mfcc_summary
-from leakpipe.baselines.run import run_baselines
 from leakpipe.cli import main
 from leakpipe.config import ConfigError, load_section
 from leakpipe.constants import H5_LABELS, H5_MEL, KNOWN_CLASSES, SPLITS

@@ -24,7 +24,12 @@ from leakpipe.data.split_info import read_split_info
 from leakpipe.decision.voting import segment_leak_prob
 from leakpipe.detector import load_detector
 from leakpipe.errors import DataError
-from leakpipe.evaluate.run import batch_limits, detector_of, evaluate_detector, write_outputs
+from leakpipe.evaluate.detector_evaluation import (
+    batch_limits,
+    detector_of,
+    evaluate_detector,
+    write_outputs,
+)
 from leakpipe.files import save_torch_atomic
 from leakpipe.runtime import cpu_runtime
 from leakpipe.scoring import batching

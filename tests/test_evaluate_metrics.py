@@ -22,7 +22,7 @@ from leakpipe.evaluate.bootstrap import (
     weighted_ranking,
     wilson_interval,
 )
-from leakpipe.evaluate.report import binary_figures, class_metrics, ranking_metrics
+from leakpipe.evaluate.figures import binary_figures, class_metrics, ranking_metrics
 
 
 def _random(seed: int, n: int = 120) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -17,7 +17,7 @@ from leakpipe.constants import EXIT_CONFIG, EXIT_DATA
 from leakpipe.data.resident import Growth, hold_training_split, measure_growth
 from leakpipe.errors import ConfigError
 from leakpipe.preload import budget as budget_mod
-from leakpipe.preload import decide, estimate, read_shapes
+from leakpipe.preload import choose_placement, estimate, read_shapes
 from leakpipe.preload.budget import Budget, GpuMemory, cgroup_memory, gpu_memory
 from leakpipe.preload.estimate import HOST, ROLE_EVAL, ROLE_TRAIN, SplitShape
 from tests.helpers_h5 import SMALL_FEATURES, write_bulk_split, write_splits
@@ -148,7 +148,7 @@ def test_auto_takes_the_first_placement_that_fits(cfg: PreloadConfig, host_gib: 
     shapes = {"train": SplitShape(files=20_000, segment_shape=(23, 7, 64, 1), chunk_rows=50),
               "val": SplitShape(files=5_000, segment_shape=(23, 7, 64, 1), chunk_rows=50)}
 
-    plan = decide(shapes, budget(host_gib, gpu_gib), cfg)
+    plan = choose_placement(shapes, budget(host_gib, gpu_gib), cfg)
 
     assert plan.placement == placement
     assert plan.pin_memory == (gpu_gib is not None and placement != "device")
@@ -161,22 +161,22 @@ def test_forcing_a_placement_that_cannot_fit_names_the_key(cfg: PreloadConfig) -
     forced = PreloadConfig(**{**cfg.__dict__, "mode": "device"})
 
     with pytest.raises(ConfigError, match=r"params\.yaml: preload\.mode: 'device' does not fit"):
-        decide({"train": SHAPE}, budget(gpu_gib=None), forced, "params.yaml")
+        choose_placement({"train": SHAPE}, budget(gpu_gib=None), forced, "params.yaml")
 
 
 def test_nothing_fits_is_a_clear_error(cfg: PreloadConfig) -> None:
     with pytest.raises(ConfigError, match="no placement fits"):
-        decide({"train": SHAPE}, budget(host_gib=1.0), cfg)
+        choose_placement({"train": SHAPE}, budget(host_gib=1.0), cfg)
 
 
 def test_batch_bound_comes_from_memory_when_it_binds(cfg: PreloadConfig) -> None:
     shapes = {"train": SplitShape(files=20_000, segment_shape=(23, 7, 64, 1), chunk_rows=50)}
-    roomy = decide(shapes, budget(64, 40), cfg)
+    roomy = choose_placement(shapes, budget(64, 40), cfg)
     fp_one = estimate(shapes["train"], cfg.dtype, 1, "device", cuda=True).device_bytes
     usable = fp_one + 100 * 64 * 2 * 2  # room for two batches of about 100 segments
     tight_gib = (usable + cfg.device_reserve_mb * MIB) / cfg.safety / GIB
 
-    tight = decide(shapes, budget(64, tight_gib), PreloadConfig(
+    tight = choose_placement(shapes, budget(64, tight_gib), PreloadConfig(
         **{**cfg.__dict__, "mode": "device"}))
 
     assert roomy.batch_size_max == cfg.max_batch_size

@@ -12,8 +12,8 @@ from leakpipe.constants import BINARY_CLASSES
 from leakpipe.decision.metrics import BinaryMetrics, binary_metrics
 from leakpipe.decision.select import OperatingPoint, choose, select_operating_point
 from leakpipe.decision.voting import RULES, threshold_grid
-from leakpipe.evaluate.report import FileTable
-from leakpipe.evaluate.run import split_result
+from leakpipe.evaluate.detector_evaluation import split_result
+from leakpipe.evaluate.figures import FileTable
 from leakpipe.scoring.score import Scores
 from tests.conftest import PARAMS
 

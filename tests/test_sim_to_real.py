@@ -28,8 +28,8 @@ from leakpipe.errors import DataError
 from leakpipe.realcheck import metrics
 from leakpipe.realcheck.fewshot import FewShotConfig, data_labels, time_split, write_fold
 from leakpipe.realcheck.metrics import ClipTable
-from leakpipe.realcheck.run import sim_to_real, write_outputs
 from leakpipe.realcheck.scoring import load_recordings
+from leakpipe.realcheck.sim_to_real import sim_to_real, write_outputs
 from tests.conftest import PARAMS, REPO
 from tests.helpers_detector import known_detector
 from tests.helpers_h5 import SMALL_FEATURES
@@ -301,7 +301,7 @@ def _seed_summary(aucs: dict[str, float | None], wins: dict[str, bool | None]) -
 
 
 def test_over_seeds_reports_spread_and_win_counts() -> None:
-    from leakpipe.realcheck.report import over_seeds
+    from leakpipe.realcheck.findings import over_seeds
     per_seed = {
         1: _seed_summary({"synthetic": 0.5, "finetune": 0.9, "scratch": 0.8},
                          {"scratch": True, "synthetic": True}),

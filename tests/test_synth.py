@@ -1,4 +1,4 @@
-"""Tests of leakpipe.audio.synth, .site and .sources: layout, determinism, physics."""
+"""Tests of leakpipe.audio: synth, site, sources, tones_transients: layout, determinism, physics."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import soundfile as sf
 from scipy.signal import welch
 
 from leakpipe.audio import sources as src
-from leakpipe.audio import spectral, synth
+from leakpipe.audio import spectral, synth, tones_transients
 from leakpipe.audio.site import MATERIALS, Site, draw_site
 from leakpipe.config import SynthConfig, load_section
 from leakpipe.constants import KNOWN_CLASSES, MANIFEST_NAME
@@ -280,8 +280,8 @@ def test_crack_is_impulsive_and_leak_is_sustained():
 
 def test_transients_add_short_loud_events():
     rng = np.random.default_rng(2)
-    none = src.transients(rng, 5 * SR, SR, METAL, rate_hz=0.0)
-    many = src.transients(rng, 5 * SR, SR, METAL, rate_hz=4.0)
+    none = tones_transients.transients(rng, 5 * SR, SR, METAL, rate_hz=0.0)
+    many = tones_transients.transients(rng, 5 * SR, SR, METAL, rate_hz=4.0)
     assert not none.any()
     assert np.max(np.abs(many)) > 5.0  # well above the unit-RMS ambient
 

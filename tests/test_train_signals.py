@@ -28,8 +28,8 @@ from leakpipe.runtime import cpu_runtime
 from leakpipe.tracking import NullTracker
 from leakpipe.train import checkpoint as ck
 from leakpipe.train.fit import FitOptions, FitResult, fit
+from leakpipe.train.inputs import prepare_training
 from leakpipe.train.interrupt import StopRequested
-from leakpipe.train.session import prepare_training
 from leakpipe.train.stage import TAG_PREVIOUS_RUN
 from tests.conftest import REPO
 from tests.test_train_stage import (

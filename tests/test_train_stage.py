@@ -36,7 +36,7 @@ from leakpipe.errors import DataError
 from leakpipe.preload import Budget, plan_training, read_shapes
 from leakpipe.preload.plan import read_plan
 from leakpipe.train import checkpoint as ck
-from leakpipe.train import session
+from leakpipe.train import inputs
 from leakpipe.train.outputs import history_csv, nest
 from tests.conftest import PARAMS
 from tests.helpers_h5 import SMALL_FEATURES
@@ -316,7 +316,7 @@ def test_placement_is_rechecked_at_load_time(tmp_path: Path, monkeypatch: pytest
     plan["placement"] = placement
     monkeypatch.setattr("leakpipe.preload.measure_budget", lambda: _budget(host_bytes))
     with caplog.at_level(logging.INFO):
-        got = session.check_placement(plan, ws.data, 32, torch.device("cpu"))
+        got = inputs.check_placement(plan, ws.data, 32, torch.device("cpu"))
     assert got == expected
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == (0 if expected == placement else 1)
@@ -329,7 +329,7 @@ def test_prepare_training_streams_when_the_plan_no_longer_fits(
     ws = make_workspace(tmp_path, files_per_class=2)
     monkeypatch.setattr("leakpipe.preload.measure_budget", lambda: _budget(2**20))
     cfg = load_section(ws.params, "train")
-    data = session.prepare_training(ws.data["train"], ws.data["val"],
+    data = inputs.prepare_training(ws.data["train"], ws.data["val"],
                                     read_plan(ws.plan), cfg, torch.device("cpu"))
     try:
         assert data.placement == PLACEMENT_STREAM
@@ -343,12 +343,12 @@ def test_split_fingerprint_is_stable_and_follows_the_labels(tmp_path: Path) -> N
     a = write_easy_split(tmp_path / "a.h5", "train", 2, seed=0)
     b = write_easy_split(tmp_path / "b.h5", "train", 2, seed=1)      # other values, same labels
     with open_split(a) as first, open_split(a) as again, open_split(b) as other:
-        assert session.split_fingerprint(first) == session.split_fingerprint(again)
-        assert session.split_fingerprint(first) == session.split_fingerprint(other)
+        assert inputs.split_fingerprint(first) == inputs.split_fingerprint(again)
+        assert inputs.split_fingerprint(first) == inputs.split_fingerprint(other)
     with h5py.File(b, "r+") as h5:
         h5["labels"][0] = 1
     with open_split(a) as first, open_split(b) as changed:
-        assert session.split_fingerprint(first) != session.split_fingerprint(changed)
+        assert inputs.split_fingerprint(first) != inputs.split_fingerprint(changed)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from leakpipe.cli import main
 from leakpipe.config import ConfigError, load_section
 from leakpipe.errors import DataError
 from leakpipe.tune.apply import apply_params, exp_run_line, read_best, yaml_scalar
-from leakpipe.tune.report import StudySummary, write_best_params
+from leakpipe.tune.study_results import StudySummary, write_best_params
 from tests.conftest import PARAMS
 
 

@@ -19,17 +19,6 @@ from optuna.distributions import FloatDistribution
 from optuna.trial import TrialState, create_trial
 
 from leakpipe.config import load_section
-from leakpipe.tune.budget import (
-    Budget,
-    ClaimLock,
-    Decision,
-    budget_of,
-    dead_trials,
-    decide,
-    is_alive,
-    reap,
-    worker_record,
-)
 from leakpipe.tune.names import ATTR_REASON, ATTR_WORKER
 from leakpipe.tune.study import (
     JOURNAL,
@@ -41,22 +30,34 @@ from leakpipe.tune.study import (
     resolve_storage,
     study_name,
 )
+from leakpipe.tune.trial_budget import (
+    ClaimLock,
+    Decision,
+    TrialBudget,
+    budget_of,
+    dead_trials,
+    is_alive,
+    next_step,
+    reap,
+    worker_record,
+)
 from tests.conftest import PARAMS
 
 HOUR = datetime.timedelta(hours=1)
 
 
 @pytest.mark.parametrize(("budget", "n_trials", "expired", "decision"), [
-    (Budget(0, 0, 0), 3, False, Decision.RUN),
-    (Budget(2, 0, 0), 3, False, Decision.RUN),
-    (Budget(2, 1, 0), 3, False, Decision.WAIT),     # the last slot runs elsewhere
-    (Budget(3, 0, 0), 3, False, Decision.DONE),
-    (Budget(3, 0, 1), 3, False, Decision.RUN),      # a queued retry is run even at budget
-    (Budget(9, 0, 0), 0, False, Decision.RUN),      # 0 = no trial limit (timeout only)
-    (Budget(0, 0, 1), 3, True, Decision.DONE),      # past the timeout nothing starts
+    (TrialBudget(0, 0, 0), 3, False, Decision.RUN),
+    (TrialBudget(2, 0, 0), 3, False, Decision.RUN),
+    (TrialBudget(2, 1, 0), 3, False, Decision.WAIT),  # the last slot runs elsewhere
+    (TrialBudget(3, 0, 0), 3, False, Decision.DONE),
+    (TrialBudget(3, 0, 1), 3, False, Decision.RUN),   # a queued retry is run even at budget
+    (TrialBudget(9, 0, 0), 0, False, Decision.RUN),   # 0 = no trial limit (timeout only)
+    (TrialBudget(0, 0, 1), 3, True, Decision.DONE),   # past the timeout nothing starts
 ])
-def test_decide(budget: Budget, n_trials: int, expired: bool, decision: Decision) -> None:
-    assert decide(budget, n_trials, expired) is decision
+def test_next_step(budget: TrialBudget, n_trials: int, expired: bool,
+                   decision: Decision) -> None:
+    assert next_step(budget, n_trials, expired) is decision
 
 
 def _trial(state: TrialState, number_attrs: dict | None = None,
@@ -73,7 +74,7 @@ def test_budget_counts_a_retried_trial_once() -> None:
               retry_history=[1]), _trial(TrialState.WAITING)]
     for number, trial in enumerate(trials):
         trial.number = number
-    assert budget_of(trials) == Budget(finished=1, running=1, waiting=1)
+    assert budget_of(trials) == TrialBudget(finished=1, running=1, waiting=1)
 
 
 @pytest.fixture
@@ -120,7 +121,7 @@ def test_reap_fails_and_requeues_a_dead_workers_trial(tmp_path: Path, dead_recor
     assert [t.state for t in trials] == [TrialState.COMPLETE, TrialState.FAIL, TrialState.WAITING]
     assert "died" in trials[1].user_attrs[ATTR_REASON]
     assert trials[2].params == trials[1].params                     # same values again
-    assert budget_of(trials) == Budget(finished=1, running=0, waiting=1)
+    assert budget_of(trials) == TrialBudget(finished=1, running=0, waiting=1)
     assert reap(study, storage, cfg) == []                          # once only
 
 
@@ -142,7 +143,7 @@ def _acquired(lock: FlockJournalLock) -> Iterator[None]:
 
 
 def _hold_lock(kind: str, path: str, seconds: float) -> subprocess.Popen:
-    code = ("import time; from leakpipe.tune.budget import ClaimLock; "
+    code = ("import time; from leakpipe.tune.trial_budget import ClaimLock; "
             "from leakpipe.tune.study import FlockJournalLock, StorageSpec, JOURNAL; "
             f"{LOCKS[kind][0].format(path=path)}; print('held', flush=True); "
             f"time.sleep({seconds})")

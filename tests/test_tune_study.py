@@ -19,8 +19,8 @@ from leakpipe.cli import main
 from leakpipe.train import fit as fit_module
 from leakpipe.train.losses import NonFiniteLossError
 from leakpipe.tune import objective
+from leakpipe.tune.driver import run_study
 from leakpipe.tune.names import ATTR_REASON, ATTR_RUN_ID, TAG_PRUNED_AT, TAG_STATE, TAG_TRIAL
-from leakpipe.tune.run import run_study
 from leakpipe.tune.study import TuneError
 from leakpipe.tune.workers import close_run
 from tests.helpers_detector import copied_store

@@ -14,9 +14,9 @@ import pytest
 from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
 
-from leakpipe.tune.budget import budget_of
+from leakpipe.tune.driver import run_study
 from leakpipe.tune.names import ATTR_REASON, ATTR_WORKER, TAG_TRIAL
-from leakpipe.tune.run import run_study
+from leakpipe.tune.trial_budget import budget_of
 from tests.helpers_detector import copied_store
 from tests.helpers_tune import TuneWorkspace, make_workspace, worker_command
 

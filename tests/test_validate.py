@@ -24,7 +24,7 @@ import yaml
 from leakpipe.cli import main
 from leakpipe.constants import EXIT_DATA, KNOWN_CLASSES
 from leakpipe.data.writer import SplitWriter
-from leakpipe.validate.report import REPORT_FORMAT
+from leakpipe.validate.validation_report import REPORT_FORMAT
 from tests.helpers_h5 import SMALL_FEATURES, write_splits
 
 REPO = Path(__file__).resolve().parents[1]

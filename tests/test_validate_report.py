@@ -12,14 +12,14 @@ from leakpipe.commands.validate import failed_path
 from leakpipe.config import ValidateConfig, from_mapping, load_section
 from leakpipe.constants import SPLITS
 from leakpipe.errors import ConfigError
-from leakpipe.validate.report import (
+from leakpipe.validate.results import KIND_STRUCTURE, failed, passed
+from leakpipe.validate.split_validation import validate_splits
+from leakpipe.validate.validation_report import (
     MAX_FAILURES_IN_ERROR,
     ValidationReport,
     jsonable,
     render_html,
 )
-from leakpipe.validate.results import KIND_STRUCTURE, failed, passed
-from leakpipe.validate.run import validate_splits
 from tests.helpers_h5 import write_splits
 
 PARAMS = Path(__file__).resolve().parents[1] / "params.yaml"

@@ -1,11 +1,11 @@
 """The `synth` stage's engine: physically motivated synthetic leak / non-leak recordings.
 
 Each recording is a mixture at one site (see ``leakpipe.audio.site``) of sound sources (see
-``leakpipe.audio.sources``): ambient noise, the class's own character (a ``Recipe``) and
-transient interference on every class, heard through the site's sensor and written at the
-site's logger gain, turned down only where a peak would clip. Every recording draws from its
-own ``np.random.Generator`` seeded by (seed, site, class, index), so the output does not depend
-on the order of rendering. See docs/synth.md.
+``leakpipe.audio.sources`` and ``leakpipe.audio.tones_transients``): ambient noise, the class's
+own character (a ``Recipe``) and transient interference on every class, heard through the
+site's sensor and written at the site's logger gain, turned down only where a peak would clip.
+Every recording draws from its own ``np.random.Generator`` seeded by (seed, site, class,
+index), so the output does not depend on the order of rendering. See docs/synth.md.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ import soundfile as sf
 from tqdm import tqdm
 
 from leakpipe.audio import sources as src
+from leakpipe.audio import tones_transients
 from leakpipe.audio.site import RECORDING_STREAM, SENSOR_NOISE_DB, Site, draw_site, uniform
 from leakpipe.audio.spectral import apply_sensor
 from leakpipe.config import SynthConfig
@@ -89,7 +90,7 @@ def _leak(rng: np.random.Generator, n: int, sr: int, site: Site, difficulty: flo
 
 
 def _crack(rng: np.random.Generator, n: int, sr: int, site: Site, difficulty: float) -> np.ndarray:
-    return src.crack_ticks(rng, n, sr, site)
+    return tones_transients.crack_ticks(rng, n, sr, site)
 
 
 # (probability, low dB, high dB) of the extra interference in UNCLASSIFIED recordings.
@@ -101,7 +102,7 @@ def _unclassified(rng: np.random.Generator, n: int, sr: int, site: Site,
                   difficulty: float) -> np.ndarray:
     """A mixture of interference: vehicles passing and machines running up or down."""
     out = np.zeros(n)
-    for source, mix in ((src.pass_by, PASS_BY_MIX), (src.run_up, RUN_UP_MIX)):
+    for source, mix in ((src.pass_by, PASS_BY_MIX), (tones_transients.run_up, RUN_UP_MIX)):
         out += _maybe(rng, mix, lambda r, s=source: s(r, n, sr, site))
     return out
 
@@ -193,16 +194,16 @@ def render_recording(cfg: SynthConfig, site: Site, cls: str, index: int) -> np.n
     n, sr = n_samples(cfg, site), site.sample_rate
     mech = src.ambient_noise(rng, n, sr, site)
     mech = mech + _maybe(rng, recipe.flow, lambda r: src.flow_noise(r, n, sr, site))
-    mech = mech + _maybe(rng, recipe.pump, lambda r: src.pump_tones(r, n, sr, site))
+    mech = mech + _maybe(rng, recipe.pump, lambda r: tones_transients.pump_tones(r, n, sr, site))
     mech = mech + _maybe(rng, recipe.rumble, lambda r: src.traffic_rumble(r, n, sr, site))
     mech = mech + _hiss_at_snr(rng, recipe.use, site, n, sr, src.water_use)
-    mech = mech + _hiss_at_snr(rng, recipe.prv, site, n, sr, src.prv_noise)
+    mech = mech + _hiss_at_snr(rng, recipe.prv, site, n, sr, tones_transients.prv_noise)
     if recipe.signature is not None:
         mech = mech + recipe.signature(rng, n, sr, site, cfg.difficulty)
     rate = cfg.transient_rate_hz * recipe.transient_factor
-    mech = mech + src.transients(rng, n, sr, site, rate)
+    mech = mech + tones_transients.transients(rng, n, sr, site, rate)
     heard = apply_sensor(mech, sr, site)
-    heard = heard + _maybe(rng, recipe.hum, lambda r: src.mains_hum(r, n, sr, site))
+    heard = heard + _maybe(rng, recipe.hum, lambda r: tones_transients.mains_hum(r, n, sr, site))
     heard = heard + src.white_noise(rng, n) * 10.0 ** (SENSOR_NOISE_DB / 20.0)
     return logger(rng, heard, site, cfg).astype(np.float32)
 

@@ -24,7 +24,7 @@ from leakpipe.constants import SPLITS
 from leakpipe.errors import DataError
 
 if TYPE_CHECKING:
-    from leakpipe.baselines.run import BaselineReport, ModelResult
+    from leakpipe.baselines.comparison import BaselineReport, ModelResult
 
 NAME = "baselines"
 HELP = "the paper's MFCC baselines (random forest, SVM, XGBoost) and a level-only control"
@@ -66,7 +66,7 @@ def read_eval_metrics(path: Path) -> dict[str, Any] | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from leakpipe.baselines.run import read_cnn_decisions, run_baselines, write_outputs
+    from leakpipe.baselines.comparison import read_cnn_decisions, run_baselines, write_outputs
     from leakpipe.commands.preload import check_validated
     from leakpipe.preload import read_shapes
 

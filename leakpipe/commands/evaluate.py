@@ -20,7 +20,7 @@ from leakpipe.commands._common import add_params_argument
 from leakpipe.config import load_section
 
 if TYPE_CHECKING:
-    from leakpipe.evaluate.run import Evaluation
+    from leakpipe.evaluate.detector_evaluation import Evaluation
     from leakpipe.tracking import Tracker
 
 NAME = "evaluate"
@@ -50,7 +50,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from leakpipe.allocator import retain_freed_memory
     from leakpipe.detector import load_network
-    from leakpipe.evaluate.run import batch_limits, detector_of, evaluate_detector, write_outputs
+    from leakpipe.evaluate.detector_evaluation import (
+        batch_limits,
+        detector_of,
+        evaluate_detector,
+        write_outputs,
+    )
     from leakpipe.files import file_sha256
     from leakpipe.preload.plan import read_plan
     from leakpipe.runtime import make_runtime

@@ -59,7 +59,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.action == APPLY:
         return _apply(args)
-    from leakpipe.tune.run import TunePaths, join_study, run_study
+    from leakpipe.tune.driver import TunePaths, join_study, run_study
 
     paths = TunePaths(train=args.train, val=args.val, plan=args.plan, journal=args.journal,
                       best=args.best, metrics=args.metrics)

@@ -21,7 +21,7 @@ from leakpipe.files import write_json_atomic
 from leakpipe.validate import ValidationFailed
 
 if TYPE_CHECKING:
-    from leakpipe.validate.report import ValidationReport
+    from leakpipe.validate.validation_report import ValidationReport
 
 NAME = "validate"
 HELP = "check the HDF5 splits (structure, values, classes, leakage between splits)"
@@ -59,7 +59,7 @@ def write_outputs(report: ValidationReport, args: argparse.Namespace) -> tuple[P
             log.info("removing stale %s", path)
             path.unlink()
     from leakpipe.files import write_text_atomic
-    from leakpipe.validate.report import render_html
+    from leakpipe.validate.validation_report import render_html
 
     json_path, html_path = success[:2] if report.passed else failure
     write_json_atomic(json_path, report.to_dict())
@@ -70,7 +70,8 @@ def write_outputs(report: ValidationReport, args: argparse.Namespace) -> tuple[P
 
 
 def run(args: argparse.Namespace) -> int:
-    from leakpipe.validate.run import validate_splits  # torch, pandas: only when validating
+    # torch, pandas: only when validating
+    from leakpipe.validate.split_validation import validate_splits
 
     cfg = load_section(args.params, "validate")
     paths = {split: args.data_dir / f"{split}.h5" for split in args.splits}

@@ -34,6 +34,7 @@ from leakpipe.constants import (
 )
 from leakpipe.data.schema import encode_json
 from leakpipe.errors import DataError
+from leakpipe.files import temporary_sibling
 
 _STR = h5py.string_dtype("utf-8")
 CLIP_INDEX_LIMIT = int(np.iinfo(np.int16).max) + 1  # clip_index runs 0 .. this - 1
@@ -51,7 +52,7 @@ class SplitWriter:
                  class_names: tuple[str, ...], dtype: str = "float16",
                  chunk_mb: float = 1.0, store_waveform: bool = False) -> None:
         self.path = Path(path)
-        self.tmp_path = self.path.with_name(f".{self.path.name}.tmp")
+        self.tmp_path = temporary_sibling(self.path)
         self.rows = 0
         self._capacity = 0
         shape = features.segment_shape

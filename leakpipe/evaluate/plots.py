@@ -24,7 +24,7 @@ from leakpipe.constants import DECISION_NAMES
 from leakpipe.decision.metrics import BinaryMetrics
 
 if TYPE_CHECKING:
-    from leakpipe.evaluate.run import Evaluation
+    from leakpipe.evaluate.detector_evaluation import Evaluation
 
 PLOT_FILES = {"confusion": "confusion.json", "roc": "roc.json", "pr": "pr.json",
               "threshold": "threshold.json"}

@@ -1,9 +1,10 @@
 """Stage `preload`: a measured memory plan instead of assuming the data fit (docs/preload.md).
 
 ``estimate`` says what training holds per split and placement (a pure function of the shapes),
-``measure_budget`` what memory is free here, and ``decide`` picks the placement (``device``,
-``ram`` or ``stream``) and the batch-size bound. ``read_shapes`` reads the split shapes from the
-HDF5 files (metadata only) and ``plan_training`` ties them together for the command.
+``measure_budget`` what memory is free here, and ``choose_placement`` picks the placement
+(``device``, ``ram`` or ``stream``) and the batch-size bound. ``read_shapes`` reads the split
+shapes from the HDF5 files (metadata only) and ``plan_training`` ties them together for the
+command.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from leakpipe.constants import PLACEMENTS
 from leakpipe.data.reader import open_split
 from leakpipe.preload.budget import Budget, measure_budget
 from leakpipe.preload.estimate import Footprint, SplitShape, estimate
-from leakpipe.preload.plan import PLAN_FORMAT, TRAINING_SPLITS, Plan, decide
+from leakpipe.preload.plan import PLAN_FORMAT, TRAINING_SPLITS, Plan, choose_placement
 
 
 def read_shapes(paths: Mapping[str, Path]) -> dict[str, SplitShape]:
@@ -35,8 +36,9 @@ def plan_training(shapes: Mapping[str, SplitShape], cfg: PreloadConfig,
                   budget: Budget | None = None, source: str = "<params>") -> tuple[Plan, Budget]:
     """Measure the budget (unless given) and decide the placement."""
     budget = budget or measure_budget()
-    return decide(shapes, budget, cfg, source), budget
+    return choose_placement(shapes, budget, cfg, source), budget
 
 
 __all__ = ["PLACEMENTS", "PLAN_FORMAT", "TRAINING_SPLITS", "Budget", "Footprint", "Plan",
-           "SplitShape", "decide", "estimate", "measure_budget", "plan_training", "read_shapes"]
+           "SplitShape", "choose_placement", "estimate", "measure_budget", "plan_training",
+           "read_shapes"]

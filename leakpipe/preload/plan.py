@@ -135,8 +135,8 @@ def _fit_buffer_chunks(shapes: Mapping[str, SplitShape], budget: Budget, cfg: Pr
 # -- the decision ----------------------------------------------------------------------------
 
 
-def decide(shapes: Mapping[str, SplitShape], budget: Budget, cfg: PreloadConfig,
-           source: str = "<params>") -> Plan:
+def choose_placement(shapes: Mapping[str, SplitShape], budget: Budget, cfg: PreloadConfig,
+                     source: str = "<params>") -> Plan:
     """The plan for ``shapes`` (split -> shape; needs ``train``) under ``budget``."""
     if TRAIN_SPLIT not in shapes:
         raise ValueError("the train split is needed to plan training memory")
@@ -270,7 +270,7 @@ def _allocations(shapes: Mapping[str, SplitShape], placement: str, cfg: PreloadC
     return out
 
 
-__all__ = ["PLAN_FORMAT", "Plan", "TRAINING_SPLITS", "decide", "human_bytes",
+__all__ = ["PLAN_FORMAT", "Plan", "TRAINING_SPLITS", "choose_placement", "human_bytes",
            "training_footprints"]
 
 

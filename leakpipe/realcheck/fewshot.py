@@ -41,7 +41,7 @@ from leakpipe.realcheck.scoring import RealRecording, Scoring, score_recordings
 from leakpipe.tracking import NullTracker
 from leakpipe.train import checkpoint as ckpt_io
 from leakpipe.train.fit import fit
-from leakpipe.train.session import prepare_training
+from leakpipe.train.inputs import prepare_training
 
 log = logging.getLogger(__name__)
 

@@ -19,31 +19,35 @@ from __future__ import annotations
 import copy
 import dataclasses
 import logging
-import random
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NoReturn, Protocol
+from typing import Any, NoReturn
 
 import numpy as np
-import torch
 from torch import nn
 from tqdm import tqdm
 
 from leakpipe.config import DecisionConfig, ModelConfig, TrainConfig
-from leakpipe.errors import LeakpipeError
 from leakpipe.model import create_model, model_state
 from leakpipe.runtime import Runtime
 from leakpipe.tracking import Tracker
 from leakpipe.train import checkpoint as ckpt_io
 from leakpipe.train.distributed import Distributed
 from leakpipe.train.early_stopping import BestTracker, EarlyStopping, Mode
+from leakpipe.train.fit_types import (
+    EpochProbe,
+    EpochSummary,
+    FitOptions,
+    FitResult,
+    TrainSource,
+)
 from leakpipe.train.interrupt import StopRequested
 from leakpipe.train.loop import Batch, EpochProgress, TrainEpochResult, train_one_epoch
 from leakpipe.train.losses import LossConfig, build_loss
 from leakpipe.train.optim import create_optimization, steps_per_epoch
 from leakpipe.train.resume import RESUME_FREE_KEYS, restore
 from leakpipe.train.state import RunState
+from leakpipe.train.torch_setup import CompileError, compile_model, configure_torch
 from leakpipe.train.validation import EvalResult, ValSplit, validate
 
 log = logging.getLogger(__name__)
@@ -52,95 +56,8 @@ MONITOR_MODES: dict[str, Mode] = {"val/file_f1": "max", "val/loss": "min"}
 FALLBACK_MONITOR = "val/loss"
 FILE_LABELS = ("not LEAK", "LEAK")   # rows / columns of the file-level confusion matrix
 EpochCallback = Callable[[int, dict[str, float]], None]
-__all__ = ["RESUME_FREE_KEYS", "CompileError", "FitOptions", "FitResult", "fit"]
-
-
-class CompileError(LeakpipeError):
-    """torch.compile failed; training never falls back to eager mode silently."""
-
-
-class TrainSource(Protocol):
-    """Training batches: ``len()`` micro-batches per epoch, the same batches for the same epoch.
-
-    Sources with ``state_dict()`` / ``load_state_dict()`` (``ResidentSource``, ``StreamSource``)
-    can also be stopped and resumed in the middle of an epoch.
-    """
-
-    def __len__(self) -> int: ...
-
-    def epoch(self, epoch: int) -> Iterable[Batch]: ...
-
-
-class EpochProbe(Protocol):
-    """Diagnostics around an epoch (``leakpipe.monitor.TrainMonitor``), never inside the loop."""
-
-    def batches(self, epoch: int, batches: Iterable[Batch]) -> Iterable[Batch]: ...
-
-    def epoch_metrics(self, epoch: int, source: object) -> dict[str, float]: ...
-
-
-@dataclass(frozen=True)
-class FitOptions:
-    """Optional parts of a fit; the defaults are the plain single-process tuning path."""
-
-    should_stop: Callable[[], bool] | None = None   # polled after every optimizer step
-    probe: EpochProbe | None = None
-    dist: Distributed = field(default_factory=Distributed.single)
-    progress: bool = False                           # a tqdm bar per epoch (rank 0)
-    data_id: Mapping[str, str] | None = None         # resume refuses other data
-
-
-@dataclass(frozen=True)
-class EpochSummary:
-    """What rank 0's validation tells every rank about an epoch."""
-
-    metrics: dict[str, float]
-    diagnosis: str                   # "" when healthy
-    confusion: dict[str, Any]        # see ``_confusion``
-
-
-@dataclass(frozen=True)
-class FitResult:
-    model: nn.Module                 # unwrapped, best epoch's weights, eval mode
-    best_epoch: int
-    best_metrics: dict[str, float]
-    threshold: float                 # file threshold of the best epoch (val/file_threshold)
-    monitor: str
-    stop_reason: str
-    epochs_run: int                  # epochs trained by this call (0 when nothing was left)
-    history: list[dict[str, float]]  # one metrics dict per epoch
-    diagnoses: list[str]             # the collapse diagnosis per epoch ("" when healthy)
-    best_checkpoint: Path | None
-    resumed_from: Path | None
-    best_confusion: dict[str, Any] | None = None   # val confusion matrices of the best epoch
-
-
-def configure_torch(cfg: TrainConfig, runtime: Runtime) -> None:
-    """Seeds and every torch performance / determinism switch, in one place."""
-    random.seed(cfg.seed)
-    np.random.seed(cfg.seed)
-    torch.manual_seed(cfg.seed)
-    cuda = runtime.device.type == "cuda"
-    # Deterministic kernels on CPU; on CUDA some (pooling backward) have no such variant.
-    torch.use_deterministic_algorithms(not cuda, warn_only=False)
-    if cuda:
-        torch.backends.cudnn.benchmark = True
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
-
-
-def compile_model(model: nn.Module, cfg: TrainConfig) -> nn.Module:
-    """``torch.compile`` when asked; a failure raises ``CompileError``, never falls back."""
-    if not cfg.compile:
-        return model
-    import torch._dynamo
-
-    torch._dynamo.config.suppress_errors = False  # no silent eager fallback at first call
-    try:
-        return torch.compile(model, mode=cfg.compile_mode)
-    except RuntimeError as exc:
-        raise CompileError(f"train.compile: torch.compile(mode={cfg.compile_mode!r}) failed: "
-                           f"{exc}") from exc
+__all__ = ["RESUME_FREE_KEYS", "CompileError", "EpochProbe", "FitOptions", "FitResult",
+           "TrainSource", "compile_model", "configure_torch", "fit"]
 
 
 def fit(model_cfg: ModelConfig, train_cfg: TrainConfig, *, runtime: Runtime,
@@ -169,7 +86,7 @@ def fit(model_cfg: ModelConfig, train_cfg: TrainConfig, *, runtime: Runtime,
     end = start if run.stop_reason else train_cfg.epochs  # a stopped run stays stopped
     for epoch in range(start, end):
         _stop_if_requested(opts, directory, f"before epoch {epoch + 1}")
-        train = _train(run, trainer, train_source, epoch, opts)
+        train = _train_epoch(run, trainer, train_source, epoch, opts)
         if train.stopped is not None:
             _stop_mid_epoch(run, train_source, train.stopped, epoch, directory, opts)
         summary = _validate(run, runner, train, train_source, val, epoch, opts)
@@ -223,7 +140,7 @@ def _monitor(cfg: TrainConfig, val: ValSplit) -> tuple[str, Mode]:
 # ---------------------------------------------------------------------------------------------
 
 
-def _train(run: RunState, trainer: nn.Module, source: TrainSource, epoch: int,
+def _train_epoch(run: RunState, trainer: nn.Module, source: TrainSource, epoch: int,
            opts: FitOptions) -> TrainEpochResult:
     resume = _resume_point(run, source, epoch, opts.dist)
     batches: Iterable[Batch] = source.epoch(epoch)

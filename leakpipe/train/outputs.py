@@ -21,7 +21,7 @@ from leakpipe.config import ModelConfig, TrainConfig
 from leakpipe.detector import Network, save_network
 from leakpipe.metric_names import nest
 from leakpipe.train.fit import FitResult
-from leakpipe.train.session import TrainingData
+from leakpipe.train.inputs import TrainingData
 from leakpipe.train.validation import ValSplit
 
 if TYPE_CHECKING:

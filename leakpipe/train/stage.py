@@ -49,6 +49,7 @@ from leakpipe.train import checkpoint as ckpt_io
 from leakpipe.train import distributed
 from leakpipe.train.distributed import Distributed
 from leakpipe.train.fit import FitOptions, FitResult, fit
+from leakpipe.train.inputs import TrainingData, prepare_training
 from leakpipe.train.interrupt import GracefulStop, StopRequested
 from leakpipe.train.outputs import (
     confusion_figure,
@@ -57,7 +58,6 @@ from leakpipe.train.outputs import (
     metrics_summary,
     save_model,
 )
-from leakpipe.train.session import TrainingData, prepare_training
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +108,7 @@ def run_train(paths: TrainPaths, cfgs: TrainSections, *, progress: bool = True) 
         if not dist.is_main:
             logging.getLogger(leakpipe.__name__).setLevel(logging.WARNING)
         try:
-            _train(paths, cfgs, runtime.on(dist.device(runtime.device)), dist, stop, progress)
+            _run_stage(paths, cfgs, runtime.on(dist.device(runtime.device)), dist, stop, progress)
         except StopRequested as exc:
             log.info("%s (%s); exit %d, re-run the stage to resume from %s", exc, stop.name,
                      stop.exit_code, exc.checkpoint or paths.checkpoints)
@@ -118,8 +118,8 @@ def run_train(paths: TrainPaths, cfgs: TrainSections, *, progress: bool = True) 
     return 0
 
 
-def _train(paths: TrainPaths, cfgs: TrainSections, runtime: Runtime, dist: Distributed,
-           stop: GracefulStop, progress: bool) -> None:
+def _run_stage(paths: TrainPaths, cfgs: TrainSections, runtime: Runtime, dist: Distributed,
+               stop: GracefulStop, progress: bool) -> None:
     log.info("train: runtime %s", runtime.describe())
     plan = read_plan(paths.plan)
     data = prepare_training(paths.train, paths.val, plan, cfgs.train, runtime.device,

@@ -27,9 +27,9 @@ from leakpipe.config import DecisionConfig, ModelConfig, RuntimeConfig, TrainCon
 from leakpipe.errors import LeakpipeError
 from leakpipe.runtime import make_runtime
 from leakpipe.train.fit import TrainSource, fit
+from leakpipe.train.inputs import prepare_training
 from leakpipe.train.loop import Batch
 from leakpipe.train.losses import NonFiniteLossError
-from leakpipe.train.session import prepare_training
 from leakpipe.tune.names import (
     ATTR_RUN_ID,
     ATTR_VALUES,

@@ -28,16 +28,6 @@ from optuna.trial import FrozenTrial, TrialState
 from tqdm import tqdm
 
 from leakpipe import tracking
-from leakpipe.tune.budget import (
-    ClaimLock,
-    Decision,
-    budget_of,
-    decide,
-    reap,
-    retire,
-    trial_id,
-    worker_record,
-)
 from leakpipe.tune.names import ATTR_REASON, ATTR_RUN_ID, ATTR_WORKER
 from leakpipe.tune.objective import (
     TRIAL_ERRORS,
@@ -45,6 +35,16 @@ from leakpipe.tune.objective import (
     TrialInputs,
     failure_reason,
     run_trial,
+)
+from leakpipe.tune.trial_budget import (
+    ClaimLock,
+    Decision,
+    budget_of,
+    next_step,
+    reap,
+    retire,
+    trial_id,
+    worker_record,
 )
 
 log = logging.getLogger(__name__)
@@ -92,7 +92,7 @@ def claim(worker: Worker) -> optuna.Trial | Decision:
     with worker.lock:
         for dead in reap(study, worker.storage, cfg):
             close_run(dead)
-        decision = decide(budget_of(study.get_trials(deepcopy=False)), cfg.n_trials,
+        decision = next_step(budget_of(study.get_trials(deepcopy=False)), cfg.n_trials,
                           worker.expired)
         if decision is not Decision.RUN:
             return decision

@@ -39,7 +39,7 @@ from leakpipe.decision.select import OperatingPoint, select_operating_point
 from leakpipe.decision.voting import decide, threshold_grid
 from leakpipe.errors import DataError
 from leakpipe.evaluate.bootstrap import bootstrap_intervals, paired_f1_difference
-from leakpipe.evaluate.report import binary_figures, interval_metrics, prefixed, ranking_metrics
+from leakpipe.evaluate.figures import binary_figures, interval_metrics, prefixed, ranking_metrics
 from leakpipe.files import write_json_atomic
 from leakpipe.metric_names import json_safe, nest
 

@@ -37,8 +37,7 @@ from leakpipe.decision.voting import VotingConfig, file_scores, threshold_grid
 from leakpipe.detector import Detector, Network, save_detector
 from leakpipe.errors import DataError
 from leakpipe.evaluate.bootstrap import bootstrap_intervals
-from leakpipe.evaluate.plots import PLOT_FILES, plot_data
-from leakpipe.evaluate.report import (
+from leakpipe.evaluate.figures import (
     FileTable,
     binary_figures,
     class_metrics,
@@ -47,6 +46,7 @@ from leakpipe.evaluate.report import (
     prediction_rows,
     prefixed,
 )
+from leakpipe.evaluate.plots import PLOT_FILES, plot_data
 from leakpipe.files import write_csv_atomic, write_json_atomic
 from leakpipe.metric_names import json_safe, nest
 from leakpipe.runtime import Runtime

@@ -17,11 +17,11 @@ from pathlib import Path
 from leakpipe.config import ValidateConfig
 from leakpipe.validate.cross import cross_split_checks
 from leakpipe.validate.pool import SummaryPool
-from leakpipe.validate.report import MIB, ValidationReport
 from leakpipe.validate.results import KIND_STRUCTURE, CheckResult, failed
 from leakpipe.validate.structure import SplitMeta, inspect_split
 from leakpipe.validate.suite import run_suites
 from leakpipe.validate.summary import SplitSummary, finish_split, start_split
+from leakpipe.validate.validation_report import MIB, ValidationReport
 
 log = logging.getLogger(__name__)
 

@@ -18,10 +18,10 @@ from optuna.trial import FrozenTrial, TrialState
 
 from leakpipe.files import write_json_atomic, write_text_atomic
 from leakpipe.tune.apply import PARAMS_KEY, exp_run_line
-from leakpipe.tune.budget import superseded
 from leakpipe.tune.names import ATTR_REASON, ATTR_VALUES
 from leakpipe.tune.space import by_section
 from leakpipe.tune.study import TuneError
+from leakpipe.tune.trial_budget import superseded
 
 
 @dataclass(frozen=True)

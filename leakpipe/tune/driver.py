@@ -30,8 +30,7 @@ from leakpipe.config import (
     load_section,
 )
 from leakpipe.preload.plan import read_plan
-from leakpipe.tune import plots, report
-from leakpipe.tune.budget import ClaimLock, Decision, budget_of, decide
+from leakpipe.tune import plots, study_results
 from leakpipe.tune.names import ATTR_PARENT_RUN, TAG_STORAGE, TAG_STUDY
 from leakpipe.tune.objective import TrialInputs
 from leakpipe.tune.space import check_space
@@ -45,6 +44,7 @@ from leakpipe.tune.study import (
     resolve_storage,
     study_name,
 )
+from leakpipe.tune.trial_budget import ClaimLock, Decision, budget_of, next_step
 from leakpipe.tune.workers import Progress, Worker, spawn_workers, supervise, worker_loop
 
 log = logging.getLogger(__name__)
@@ -102,7 +102,7 @@ def deadline(cfg: TuneConfig) -> float | None:
 
 
 def run_study(params: Path, paths: TunePaths, *, workers: int | None = None,
-              progress: bool = True, tracked: bool = True) -> report.StudySummary:
+              progress: bool = True, tracked: bool = True) -> study_results.StudySummary:
     """Run (or resume) the study to its budget and write best_params.yaml and tune.json."""
     setup = load_setup(params, paths)
     workers = workers or setup.tune.workers
@@ -119,14 +119,14 @@ def run_study(params: Path, paths: TunePaths, *, workers: int | None = None,
 
 
 def _finish(study: optuna.Study, setup: Setup, paths: TunePaths, parent: tracking.Tracker,
-            seconds: float) -> report.StudySummary:
+            seconds: float) -> study_results.StudySummary:
     """Counts to MLflow; then, if a trial completed, the outputs and the plots."""
-    summary = report.summarize(study, setup.tune.objective)
-    metrics = report.metrics(summary, seconds)
+    summary = study_results.summarize(study, setup.tune.objective)
+    metrics = study_results.metrics(summary, seconds)
     parent.log_metrics(metrics)
-    report.require_complete(summary)
-    report.write_best_params(paths.best, summary, setup.tune.epochs)
-    report.write_metrics(paths.metrics, metrics)
+    study_results.require_complete(summary)
+    study_results.write_best_params(paths.best, summary, setup.tune.epochs)
+    study_results.write_metrics(paths.metrics, metrics)
     if parent.run_id is not None:
         parent.log_artifact(paths.best, plots.ARTIFACT_DIR)
         plots.log_plots(study, parent)
@@ -179,7 +179,8 @@ def _check_exits(codes: list[int], worker: Worker) -> None:
             log.warning("worker %d was killed by signal %d; its trial is retried", index, -code)
     errors = [f"worker {i} exit {c}" for i, c in enumerate(codes, start=1) if c > 0]
     budget = budget_of(worker.study.get_trials(deepcopy=False))
-    if not errors and decide(budget, worker.inputs.tune.n_trials, worker.expired) is Decision.DONE:
+    step = next_step(budget, worker.inputs.tune.n_trials, worker.expired)
+    if not errors and step is Decision.DONE:
         return
     why = ", ".join(errors) or "every worker was killed"
     raise TuneError(f"{why} before the study finished ({budget.finished} trials done; see the "

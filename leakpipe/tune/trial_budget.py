@@ -57,7 +57,7 @@ class Decision(enum.Enum):
 
 
 @dataclass(frozen=True)
-class Budget:
+class TrialBudget:
     """The study's trials that count: finished, running, queued (retried ones excluded)."""
 
     finished: int
@@ -74,15 +74,15 @@ def superseded(trials: list[FrozenTrial]) -> set[int]:
     return {n for t in trials for n in t.system_attrs.get("retry_history", [])}
 
 
-def budget_of(trials: list[FrozenTrial]) -> Budget:
+def budget_of(trials: list[FrozenTrial]) -> TrialBudget:
     replaced = superseded(trials)
     counted = [t for t in trials if t.number not in replaced]
-    return Budget(finished=sum(t.state in FINISHED for t in counted),
+    return TrialBudget(finished=sum(t.state in FINISHED for t in counted),
                   running=sum(t.state == TrialState.RUNNING for t in counted),
                   waiting=sum(t.state == TrialState.WAITING for t in counted))
 
 
-def decide(budget: Budget, n_trials: int, expired: bool) -> Decision:
+def next_step(budget: TrialBudget, n_trials: int, expired: bool) -> Decision:
     """What a worker does next; ``n_trials == 0`` means no limit (a timeout-only budget)."""
     if expired:
         return Decision.DONE

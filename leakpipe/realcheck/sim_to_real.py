@@ -1,6 +1,6 @@
 """The whole sim-to-real check: zero-shot figures, then leave-one-recording-out adaptation.
 
-``sim_to_real`` returns the JSON-ready summary (``leakpipe.realcheck.report``);
+``sim_to_real`` returns the JSON-ready summary (``leakpipe.realcheck.findings``);
 ``write_outputs`` writes it and its figure. Training happens in a temporary folder that is
 removed afterwards; nothing is written into the project's data, models or metrics.
 """
@@ -18,7 +18,7 @@ from typing import Any
 from leakpipe.config import DecisionConfig, RuntimeConfig, TrainConfig
 from leakpipe.detector import load_detector
 from leakpipe.predict import scoring_rules
-from leakpipe.realcheck import report
+from leakpipe.realcheck import findings
 from leakpipe.realcheck.fewshot import FewShotConfig, leave_one_out
 from leakpipe.realcheck.scoring import Scoring, load_recordings, score_recordings
 from leakpipe.runtime import make_runtime
@@ -45,9 +45,9 @@ def sim_to_real(detector_path: Path, real_dir: Path, base: TrainConfig,
              sum(len(r.mel) for r in recordings))
     zero = score_recordings(detector, recordings, scoring)
     summary: dict[str, Any] = {
-        "detector": {"path": str(detector_path), **report.detector_info(detector)},
+        "detector": {"path": str(detector_path), **findings.detector_info(detector)},
         "recordings": {r.recording_id: r.label for r in recordings},
-        "zero_shot": report.zero_shot(detector, recordings, zero, resamples=resamples,
+        "zero_shot": findings.zero_shot(detector, recordings, zero, resamples=resamples,
                                       confidence=confidence, seed=cfg.seed if cfg else 0),
     }
     if cfg is not None:
@@ -57,10 +57,10 @@ def sim_to_real(detector_path: Path, real_dir: Path, base: TrainConfig,
             with tempfile.TemporaryDirectory(prefix="leakpipe-fewshot-") as work:
                 folds = leave_one_out(detector, recordings, base, decision, run_cfg, Path(work),
                                       scoring)
-            per_seed[seed] = report.few_shot(folds, zero, detector, recordings)
+            per_seed[seed] = findings.few_shot(folds, zero, detector, recordings)
         summary["few_shot"] = {"config": _config(cfg, base), **per_seed[cfg.seed]}
         if len(per_seed) > 1:
-            summary["few_shot_seeds"] = report.over_seeds(per_seed)
+            summary["few_shot_seeds"] = findings.over_seeds(per_seed)
     summary["seconds"] = round(time.perf_counter() - start, 1)
     return summary
 
@@ -84,4 +84,4 @@ def write_outputs(summary: dict[str, Any], out: Path, figure_path: Path | None) 
     out.write_text(json.dumps(summary, indent=2) + "\n")
     if figure_path is not None:
         figure_path.parent.mkdir(parents=True, exist_ok=True)
-        report.figure(summary).savefig(figure_path, dpi=110)
+        findings.figure(summary).savefig(figure_path, dpi=110)
