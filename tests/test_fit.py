@@ -471,3 +471,15 @@ def test_train_params_are_checked(train_cfg: TrainConfig, change: dict, message:
     raw = {**dataclasses.asdict(train_cfg), **change}
     with pytest.raises(ConfigError, match=message):
         from_mapping(TrainConfig, raw, "train", "params.yaml")
+
+
+def test_resume_refuses_a_different_loss_scaling(train_cfg: TrainConfig, tmp_path: Path) -> None:
+    """A checkpoint without GradScaler state (CPU / bf16) is not resumed under fp16 scaling:
+    one line naming the file instead of a bare error from GradScaler.load_state_dict."""
+    _fit(dataclasses.replace(train_cfg, epochs=1), tmp_path)
+    source, val, counts = _data(False, train_cfg)
+    scaled = dataclasses.replace(RUNTIME, scaler=True)
+    with pytest.raises(ck.CheckpointError, match="runtime.grad_scaler = False"):
+        fit(TINY_MODEL, dataclasses.replace(train_cfg, epochs=1), runtime=scaled,
+            decision=DECISION, train_source=source, val=val, class_counts=counts,
+            tracker=NullTracker(), checkpoint_dir=tmp_path, features={"n_mels": N_MELS})

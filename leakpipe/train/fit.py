@@ -115,7 +115,9 @@ def _build(model_cfg: ModelConfig, train_cfg: TrainConfig, runtime: Runtime,
                                 steps_per_epoch(n_batches, train_cfg.grad_accum_steps),
                                 scaler_enabled=runtime.scaler)
     config = {"model": dataclasses.asdict(model_cfg), "train": dataclasses.asdict(train_cfg),
-              "decision": dataclasses.asdict(decision)}
+              "decision": dataclasses.asdict(decision),
+              # the GradScaler state only fits a run with the same loss scaling
+              "runtime": {"grad_scaler": runtime.scaler}}
     if data_id:
         config["data"] = dict(data_id)
     return RunState(cfg=train_cfg, runtime=runtime, decision=decision,
