@@ -71,8 +71,11 @@ def max_pool(h: torch.Tensor, size: int) -> torch.Tensor:
 
 def _middle_column(conv: nn.Conv2d) -> nn.Conv1d:
     """The 1-D convolution a 3x3 one performs on width-1 input with padding 1."""
-    out = nn.Conv1d(conv.in_channels, conv.out_channels, KERNEL, padding=PADDING,
-                    device=conv.weight.device, dtype=conv.weight.dtype)
+    # skip_init: the weights are copied below, and a random init would draw from the global
+    # torch generator; per-epoch validation builds this form, so training's dropout and
+    # augmentation would then depend on whether (and how often) it validated.
+    out = nn.utils.skip_init(nn.Conv1d, conv.in_channels, conv.out_channels, KERNEL,
+                             padding=PADDING, device=conv.weight.device, dtype=conv.weight.dtype)
     with torch.no_grad():
         out.weight.copy_(conv.weight[:, :, :, PADDING])             # (out, in, KERNEL)
         out.bias.copy_(conv.bias)

@@ -94,3 +94,18 @@ def test_inference_form_refuses_training_mode() -> None:
 def test_max_pool_equals_max_pool1d(length: int, size: int) -> None:
     h = torch.randn(3, 4, length)
     assert torch.equal(max_pool(h, size), F.max_pool1d(h, size))
+
+
+def test_building_the_inference_form_draws_no_random_numbers() -> None:
+    """Validation builds the form every epoch: it must leave the global generator alone, or
+    training's dropout / augmentation would depend on validation."""
+    from leakpipe.config import ModelConfig
+    from leakpipe.inference import inference_form
+    from leakpipe.model import create_model
+
+    model = create_model(ModelConfig(widths=(4, 8, 8), dropout=0.1, pool_h=2, hidden=16), 5)
+    torch.manual_seed(3)
+    want = torch.rand(4)
+    torch.manual_seed(3)
+    inference_form(model.eval(), 1)
+    assert torch.equal(torch.rand(4), want)
