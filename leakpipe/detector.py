@@ -63,10 +63,6 @@ class Network:
         """The model's exact, faster inference form for this network's segments."""
         return inference_form(self.model, self.features.segment_shape[-1])
 
-    def network(self) -> Network:
-        """The network part alone (a ``Detector`` without its operating point)."""
-        return Network(**{f.name: getattr(self, f.name) for f in dataclasses.fields(Network)})
-
 
 @dataclass(frozen=True, kw_only=True)
 class Detector(Network):
@@ -77,6 +73,12 @@ class Detector(Network):
     metrics: dict[str, float]
     batch_limits: BatchLimits | None = None   # scoring batch caps / memory margins (evaluate's)
     min_clip_fraction: float | None = None    # shortest usable recording, share of one clip
+
+
+def with_operating_point(network: Network, **point: Any) -> Detector:
+    """``network`` plus the detector fields in ``point`` (voting, threshold, metrics, ...)."""
+    return Detector(**{f.name: getattr(network, f.name) for f in dataclasses.fields(Network)},
+                    **point)
 
 
 def save_network(path: Path, network: Network) -> None:
@@ -124,12 +126,12 @@ def load_detector(path: Path, map_location: str | torch.device = "cpu") -> Detec
         raise DataError(f"{path}: a trained network without an operating point; use the "
                         "detector evaluate writes (models/detector.pt)")
     net = _network(raw, path)
-    return Detector(**{f.name: getattr(net, f.name) for f in dataclasses.fields(Network)},
-                    voting=VotingConfig(**raw["voting"]), threshold=float(raw["threshold"]),
-                    metrics=dict(raw["metrics"]),
-                    batch_limits=(BatchLimits(**raw["batch_limits"])
-                                  if raw.get("batch_limits") is not None else None),
-                    min_clip_fraction=raw.get("min_clip_fraction"))
+    limits = raw.get("batch_limits")
+    return with_operating_point(
+        net, voting=VotingConfig(**raw["voting"]), threshold=float(raw["threshold"]),
+        metrics=dict(raw["metrics"]),
+        batch_limits=BatchLimits(**limits) if limits is not None else None,
+        min_clip_fraction=raw.get("min_clip_fraction"))
 
 
 def _read(path: Path, map_location: str | torch.device) -> dict[str, Any]:

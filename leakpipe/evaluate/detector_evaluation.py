@@ -34,7 +34,7 @@ from leakpipe.data.schema import task_labels
 from leakpipe.decision.metrics import diagnose
 from leakpipe.decision.select import OperatingPoint, select_operating_point
 from leakpipe.decision.voting import VotingConfig, file_scores, threshold_grid
-from leakpipe.detector import Detector, Network, save_detector
+from leakpipe.detector import Detector, Network, save_detector, with_operating_point
 from leakpipe.errors import DataError
 from leakpipe.evaluate.bootstrap import bootstrap_intervals
 from leakpipe.evaluate.figures import (
@@ -250,11 +250,8 @@ def detector_of(evaluation: Evaluation, network: Network, limits: BatchLimits,
     """The network with the operating point chosen on val, its headline figures and the
     scoring rules `leakpipe predict` follows."""
     point = evaluation.point
-    return Detector(
-        **{f: getattr(network, f) for f in ("model", "model_cfg", "class_names",
-                                            "data_class_names", "binary", "features",
-                                            "input_norm")},
-        voting=VotingConfig(prob_mode=evaluation.prob_mode, rule=point.rule,
+    return with_operating_point(
+        network, voting=VotingConfig(prob_mode=evaluation.prob_mode, rule=point.rule,
                             vote_fraction=point.vote_fraction),
         threshold=point.threshold,
         metrics={k: evaluation.metrics[k] for k in DETECTOR_METRICS
