@@ -1,5 +1,9 @@
 """Stage `build`: recordings -> two-stage-segmented log-mel HDF5, one file per split.
 
+``run_build`` is what `leakpipe build` (and stages/build.py) calls: ``build`` inside one MLflow
+run, then the JSON report (or, when unusable recordings stop the build, ``<report>.failed.json``
+with the full list).
+
 Recordings are processed in a process pool (in manifest order, so the output is deterministic)
 and streamed into the split files as they finish, so memory stays bounded by a few recordings.
 All split files are written under temporary names and renamed only when the whole build
@@ -10,6 +14,7 @@ a failed check in ``build.quality.reject`` makes it unusable, any other is liste
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import multiprocessing
 import os
@@ -24,14 +29,15 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
+from leakpipe import tracking
 from leakpipe.audio.quality import Issue, check_signal
-from leakpipe.config import BuildConfig, FeatureConfig, QualityConfig
+from leakpipe.config import BuildConfig, FeatureConfig, QualityConfig, load_section
 from leakpipe.constants import ALL_CLIPS, LEAK_CLASS, SPLITS
 from leakpipe.data.manifest import Recording, discover
 from leakpipe.data.splits import assign_splits
 from leakpipe.data.writer import SplitWriter
 from leakpipe.errors import DataError
-from leakpipe.files import file_sha256
+from leakpipe.files import file_sha256, write_json_atomic
 
 log = logging.getLogger(__name__)
 
@@ -227,3 +233,38 @@ class BuildFailed(DataError):
     def __init__(self, report: BuildReport, message: str) -> None:
         super().__init__(message)
         self.report = report
+
+
+def run_build(params: Path, source: Path | None, out_dir: Path, report_path: Path, *,
+              group_by: str | None = None, progress: bool = True) -> int:
+    """The whole stage; returns the exit code (errors raise ``LeakpipeError``)."""
+    cfg = load_section(params, "build")
+    if group_by is not None:
+        cfg = dataclasses.replace(cfg, group_by=group_by)
+    source = source or Path(cfg.source)
+    with tracking.start_run("build") as run:
+        run.log_params({"build": {**dataclasses.asdict(cfg), "source": str(source)}})
+        try:
+            report = build(cfg, source, out_dir, progress=progress)
+        except BuildFailed as exc:
+            failed = report_path.with_name(report_path.stem + ".failed.json")
+            write_json_atomic(failed, exc.report.to_dict())
+            raise BuildFailed(exc.report, f"{exc} (full list: {failed})") from None
+        info = report.to_dict()
+        run.set_tags({tracking.TAG_DATA: _short_digest(info["sha256"])})
+        run.log_metrics({"build/recordings": info["n_recordings"],
+                         "build/unusable": info["n_unusable"],
+                         "build/flagged": info["n_flagged"],
+                         "build/seconds": info["seconds"],
+                         "build/recordings_per_s": info["recordings_per_s"] or 0.0,
+                         **{f"build/clips_{s}": n for s, n in info["clips"].items()}})
+        run.log_dict(info, "build_report.json")
+    write_json_atomic(report_path, info)
+    log.info("build: %d recordings (%s clips) -> %s in %.1f s, %d unusable",
+             info["n_recordings"], info["clips"], out_dir, info["seconds"],
+             info["n_unusable"])
+    return 0
+
+
+def _short_digest(digests: dict[str, str]) -> str:
+    return "-".join(f"{split}:{digest[:12]}" for split, digest in sorted(digests.items()))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -19,7 +20,9 @@ from typing import Any
 
 from tqdm import tqdm
 
+from leakpipe.config import load_section
 from leakpipe.data.manifest import Recording, discover, manifest_of
+from leakpipe.files import write_json_atomic
 
 log = logging.getLogger(__name__)
 
@@ -66,3 +69,15 @@ def _mapped(fn: Callable[[Recording], dict[str, Any]], items: list[Recording], w
         return bar(map(fn, items))
     with ThreadPoolExecutor(workers) as pool:
         return bar(pool.map(fn, items))
+
+
+def run_index(params: Path, source: Path | None, out: Path, *, progress: bool = True) -> int:
+    """The whole stage (``build.source`` unless ``source``); returns the exit code."""
+    cfg = load_section(params, "build")
+    source = source or Path(cfg.source)
+    workers = cfg.workers or os.cpu_count() or 1
+    index = index_recordings(source, workers, progress=progress)
+    write_json_atomic(out, index)
+    log.info("index: %d recordings (%.1f MiB) of %s -> %s", index["n_recordings"],
+             index["bytes"] / 2**20, source, out)
+    return 0

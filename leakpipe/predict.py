@@ -10,6 +10,9 @@ decision, the rule, the share of long segments at or above the threshold and the
 long-segment probabilities over time (a timeline). A recording that cannot be read gets a row
 with its reason in ``notes``.
 
+``run_predict`` is what `leakpipe predict` calls: the runtime, the detector (a file or an
+MLflow model URI), its scoring rules, ``predict``, one summary line.
+
 Recordings are scored in batches of many recordings up to a segment budget sized from free
 memory; rows are appended (and flushed) after every batch, so ``resume`` continues an
 interrupted run by skipping the recordings already in the output.
@@ -32,6 +35,7 @@ from torch import nn
 from tqdm import tqdm
 
 from leakpipe import tracking
+from leakpipe.allocator import retain_freed_memory
 from leakpipe.audio.io import AudioError, make_clips, read_audio, resample
 from leakpipe.config import load_section
 from leakpipe.constants import AUDIO_SUFFIXES, DECISION_NAMES
@@ -40,7 +44,7 @@ from leakpipe.detector import Detector, load_detector
 from leakpipe.errors import DataError
 from leakpipe.features.mel import clip_features
 from leakpipe.files import csv_text, write_text_atomic
-from leakpipe.runtime import Runtime
+from leakpipe.runtime import Runtime, make_runtime
 from leakpipe.scoring.batching import BatchLimits, array_batches, batch_segments
 from leakpipe.scoring.score import score_batches
 
@@ -292,3 +296,19 @@ def _count(counts: dict[str, int], rows: list[dict[str, Any]]) -> None:
 def load(spec: str) -> Detector:
     """The detector named by a path or an MLflow model URI."""
     return load_detector(resolve_model(spec))
+
+
+def run_predict(paths: Sequence[Path], model: str, out: Path, params: Path, *,
+                device: str = "auto", resume: bool = False, progress: bool = True,
+                max_batch_segments: int | None = None) -> int:
+    """The whole command; returns the exit code (errors raise ``LeakpipeError``)."""
+    runtime = make_runtime(device, "auto", device_key="--device")
+    retain_freed_memory()                 # CPU inference reuses its activation buffers
+    detector = load(model)
+    summary = predict(paths, detector, out, runtime=runtime,
+                      rules=scoring_rules(detector, params), resume=resume,
+                      progress=progress, max_batch_segments=max_batch_segments)
+    print(f"predict: {summary.written} recordings ({summary.leaks} LEAK, {summary.errors} "
+          f"unreadable, {summary.skipped} kept from before) in {summary.seconds:.1f} s -> "
+          f"{out} (rule {detector.voting.rule}, threshold {detector.threshold:g})")
+    return 0

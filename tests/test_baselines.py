@@ -12,7 +12,7 @@ import yaml
 from scipy.fft import dct
 
 from leakpipe import tracking
-from leakpipe.baselines.comparison import run_baselines
+from leakpipe.baselines.comparison import compare_models
 from leakpipe.baselines.data import read_features
 from leakpipe.baselines.features import clip_level, feature_names, mfcc, mfcc_summary
 from leakpipe.cli import main
@@ -131,9 +131,9 @@ def _splits(root: Path, **inject) -> dict[str, Path]:
 
 
 def _run(params: Path, paths: dict[str, Path], eval_metrics=None):
-    return run_baselines(paths, load_section(params, "baselines"),
-                         load_section(params, "evaluate"), load_section(params, "decision"),
-                         eval_metrics)
+    return compare_models(paths, load_section(params, "baselines"),
+                          load_section(params, "evaluate"), load_section(params, "decision"),
+                          eval_metrics)
 
 
 def test_separable_clips_score_high_and_level_only_stays_at_chance(tmp_path: Path) -> None:

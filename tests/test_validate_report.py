@@ -8,12 +8,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from leakpipe.commands.validate import failed_path
 from leakpipe.config import ValidateConfig, from_mapping, load_section
 from leakpipe.constants import SPLITS
 from leakpipe.errors import ConfigError
 from leakpipe.validate.results import KIND_STRUCTURE, failed, passed
 from leakpipe.validate.split_validation import validate_splits
+from leakpipe.validate.stage import failed_path
 from leakpipe.validate.validation_report import (
     MAX_FAILURES_IN_ERROR,
     ValidationReport,

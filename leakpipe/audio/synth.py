@@ -27,11 +27,12 @@ import numpy as np
 import soundfile as sf
 from tqdm import tqdm
 
+from leakpipe import tracking
 from leakpipe.audio import sources as src
 from leakpipe.audio import tones_transients
 from leakpipe.audio.site import RECORDING_STREAM, SENSOR_NOISE_DB, Site, draw_site, uniform
 from leakpipe.audio.spectral import apply_sensor
-from leakpipe.config import SynthConfig
+from leakpipe.config import SynthConfig, load_section
 from leakpipe.constants import KNOWN_CLASSES, LEAK_CLASS, MANIFEST_NAME
 
 log = logging.getLogger(__name__)
@@ -333,3 +334,15 @@ def generate(cfg: SynthConfig, out_dir: Path, progress: bool = True) -> SynthSum
              ", ".join(f"{c}={k}" for c, k in counts.items()), cfg.n_sites, summary.seconds,
              out_dir)
     return summary
+
+
+def run_synth(params: Path, out_dir: Path, *, progress: bool = True) -> int:
+    """The `synth` stage: ``generate`` inside one MLflow run; returns the exit code."""
+    cfg = load_section(params, "synth")
+    with tracking.start_run("synth") as run:
+        run.log_params({"synth": dataclasses.asdict(cfg)})
+        info = generate(cfg, out_dir, progress=progress).to_dict()
+        run.log_metrics({"synth/recordings": info["n_recordings"],
+                         "synth/seconds": info["seconds"]})
+        run.log_dict(info, "synth_summary.json")
+    return 0

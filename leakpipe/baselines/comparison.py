@@ -1,6 +1,6 @@
 """Stage `baselines`: fit on train, choose hyper-parameters and threshold on val, report on test.
 
-``run_baselines`` is the orchestrator (no I/O besides reading the splits):
+``compare_models`` computes the stage's figures (no I/O besides reading the splits):
 
 1. features of every split (``data.read_features``);
 2. per model, every hyper-parameter combination is fitted on train and scored on val; the
@@ -22,6 +22,7 @@ and the DVC bar plot of test F1 with intervals, each atomically.
 from __future__ import annotations
 
 import csv
+import json
 import logging
 import math
 from collections.abc import Mapping
@@ -42,6 +43,7 @@ from leakpipe.evaluate.bootstrap import bootstrap_intervals, paired_f1_differenc
 from leakpipe.evaluate.figures import binary_figures, interval_metrics, prefixed, ranking_metrics
 from leakpipe.files import write_json_atomic
 from leakpipe.metric_names import json_safe, nest
+from leakpipe.tracking import flatten
 
 log = logging.getLogger(__name__)
 
@@ -206,7 +208,21 @@ def _figures(prefix: str, metrics: Mapping[str, float]) -> dict[str, float]:
             for name in COMPARED for suffix in ("", "_ci_low", "_ci_high")}
 
 
-# -- orchestration ------------------------------------------------------------------------------
+# -- the CNN's side: evaluate's outputs ---------------------------------------------------------
+
+def read_eval_metrics(path: Path) -> dict[str, Any] | None:
+    """evaluate's metrics as flat ``test/file_f1`` names; None when the file does not exist."""
+    try:
+        raw = json.loads(path.read_text())
+    except FileNotFoundError:
+        log.info("%s not found: the comparison leaves the CNN out", path)
+        return None
+    except json.JSONDecodeError:
+        raise DataError(f"{path}: not valid JSON; re-run `dvc repro evaluate`") from None
+    if not isinstance(raw, dict):
+        raise DataError(f"{path}: expected a JSON object of evaluate metrics")
+    return flatten(raw, sep="/")
+
 
 def read_cnn_decisions(path: Path) -> dict[tuple[str, int], bool] | None:
     """evaluate's test decisions per (recording, k-th clip of it); None when the file is absent.
@@ -245,11 +261,11 @@ def paired_test(test: ClipFeatures, decisions: Mapping[tuple[str, int], bool], s
                       ev.confidence, ev.seed)
 
 
-def run_baselines(paths: Mapping[str, Path], cfg: BaselinesConfig, ev: EvaluateConfig,
-                  decision: DecisionConfig, eval_metrics: Mapping[str, Any] | None = None,
-                  eval_source: str = "metrics/eval.json",
-                  cnn_decisions: Mapping[tuple[str, int], bool] | None = None,
-                  decisions_source: str = "reports/predictions.csv") -> BaselineReport:
+def compare_models(paths: Mapping[str, Path], cfg: BaselinesConfig, ev: EvaluateConfig,
+                   decision: DecisionConfig, eval_metrics: Mapping[str, Any] | None = None,
+                   eval_source: str = "metrics/eval.json",
+                   cnn_decisions: Mapping[tuple[str, int], bool] | None = None,
+                   decisions_source: str = "reports/predictions.csv") -> BaselineReport:
     """Every model of ``cfg.models`` selected on val, reported on test, and the comparison."""
     splits = {name: read_features(paths[name], cfg.n_mfcc, cfg.summary)
               for name in (TRAIN, VAL, TEST)}

@@ -3,19 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import logging
 from pathlib import Path
 
-from leakpipe import tracking
 from leakpipe.commands._common import add_params_argument
-from leakpipe.config import load_section
 from leakpipe.data.manifest import GROUP_BY
-from leakpipe.files import write_json_atomic
 
 NAME = "build"
 HELP = "segment recordings into two-stage log-mel HDF5 files (train / val / test)"
-log = logging.getLogger(__name__)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -33,35 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from leakpipe.build import BuildFailed, build
+    from leakpipe.build import run_build
 
-    cfg = load_section(args.params, "build")
-    if args.group_by is not None:
-        cfg = dataclasses.replace(cfg, group_by=args.group_by)
-    source = args.source or Path(cfg.source)
-    with tracking.start_run(NAME) as run:
-        run.log_params({"build": {**dataclasses.asdict(cfg), "source": str(source)}})
-        try:
-            report = build(cfg, source, args.out_dir, progress=not args.no_progress)
-        except BuildFailed as exc:
-            failed = args.report.with_name(args.report.stem + ".failed.json")
-            write_json_atomic(failed, exc.report.to_dict())
-            raise BuildFailed(exc.report, f"{exc} (full list: {failed})") from None
-        info = report.to_dict()
-        run.set_tags({tracking.TAG_DATA: _short_digest(info["sha256"])})
-        run.log_metrics({"build/recordings": info["n_recordings"],
-                         "build/unusable": info["n_unusable"],
-                         "build/flagged": info["n_flagged"],
-                         "build/seconds": info["seconds"],
-                         "build/recordings_per_s": info["recordings_per_s"] or 0.0,
-                         **{f"build/clips_{s}": n for s, n in info["clips"].items()}})
-        run.log_dict(info, "build_report.json")
-    write_json_atomic(args.report, info)
-    log.info("build: %d recordings (%s clips) -> %s in %.1f s, %d unusable",
-             info["n_recordings"], info["clips"], args.out_dir, info["seconds"],
-             info["n_unusable"])
-    return 0
-
-
-def _short_digest(digests: dict[str, str]) -> str:
-    return "-".join(f"{split}:{digest[:12]}" for split, digest in sorted(digests.items()))
+    return run_build(args.params, args.source, args.out_dir, args.report,
+                     group_by=args.group_by, progress=not args.no_progress)

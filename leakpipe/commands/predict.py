@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import logging
 from pathlib import Path
 
 from leakpipe.commands._common import add_params_argument, positive_int
 
 NAME = "predict"
 HELP = "score new recordings (WAV / FLAC / OGG files or folders) with a saved detector"
-log = logging.getLogger(__name__)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -35,18 +33,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from leakpipe.allocator import retain_freed_memory
-    from leakpipe.predict import load, predict, scoring_rules
-    from leakpipe.runtime import make_runtime
+    from leakpipe.predict import run_predict
 
-    runtime = make_runtime(args.device, "auto", device_key="--device")
-    retain_freed_memory()                 # CPU inference reuses its activation buffers
-    detector = load(args.model)
-    summary = predict(args.paths, detector, args.out, runtime=runtime,
-                      rules=scoring_rules(detector, args.params), resume=args.resume,
-                      progress=not args.no_progress,
-                      max_batch_segments=args.batch_segments)
-    print(f"predict: {summary.written} recordings ({summary.leaks} LEAK, {summary.errors} "
-          f"unreadable, {summary.skipped} kept from before) in {summary.seconds:.1f} s -> "
-          f"{args.out} (rule {detector.voting.rule}, threshold {detector.threshold:g})")
-    return 0
+    return run_predict(args.paths, args.model, args.out, args.params, device=args.device,
+                       resume=args.resume, progress=not args.no_progress,
+                       max_batch_segments=args.batch_segments)

@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 from pathlib import Path
 
-from leakpipe import tracking
 from leakpipe.commands._common import add_params_argument
-from leakpipe.config import load_section
 
 NAME = "synth"
 HELP = "generate synthetic pipe recordings (WAV) and their manifest.csv"
@@ -22,14 +19,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from leakpipe.audio.synth import generate
+    from leakpipe.audio.synth import run_synth
 
-    cfg = load_section(args.params, "synth")
-    with tracking.start_run(NAME) as run:
-        run.log_params({"synth": dataclasses.asdict(cfg)})
-        summary = generate(cfg, args.out, progress=not args.no_progress)
-        info = summary.to_dict()
-        run.log_metrics({"synth/recordings": info["n_recordings"],
-                         "synth/seconds": info["seconds"]})
-        run.log_dict(info, "synth_summary.json")
-    return 0
+    return run_synth(args.params, args.out, progress=not args.no_progress)

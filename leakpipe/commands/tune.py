@@ -12,7 +12,6 @@ Nothing changes params.yaml without `tune apply`; it prints the equivalent
 from __future__ import annotations
 
 import argparse
-import logging
 from pathlib import Path
 
 from leakpipe.commands._common import add_params_argument, positive_int
@@ -20,7 +19,6 @@ from leakpipe.commands._common import add_params_argument, positive_int
 NAME = "tune"
 HELP = "search hyper-parameters with Optuna over the train stage's fit(); `tune apply` them"
 RUN, APPLY = "run", "apply"
-log = logging.getLogger(__name__)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -58,8 +56,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.action == APPLY:
-        return _apply(args)
-    from leakpipe.tune.driver import TunePaths, join_study, run_study
+        from leakpipe.tune.apply import run_apply
+
+        return run_apply(args.params, args.best, dry_run=args.dry_run)
+    from leakpipe.tune.driver import TunePaths, join_study, run_tune
 
     paths = TunePaths(train=args.train, val=args.val, plan=args.plan, journal=args.journal,
                       best=args.best, metrics=args.metrics)
@@ -67,23 +67,4 @@ def run(args: argparse.Namespace) -> int:
         join_study(args.params, paths, worker_index=args.worker_index, threads=args.threads,
                    name=args.study)
         return 0
-    summary = run_study(args.params, paths, workers=args.workers,
-                        progress=not args.no_progress)
-    print(f"tune: study {summary.study_name}: best {summary.objective} = "
-          f"{summary.best_value:.4f} (trial {summary.best_trial}); trials {summary.counts} "
-          f"-> {args.best}; apply with `leakpipe tune apply`")
-    return 0
-
-
-def _apply(args: argparse.Namespace) -> int:
-    from leakpipe.tune.apply import apply_params, exp_run_line, read_best, yaml_scalar
-
-    values = read_best(args.best)
-    changes = apply_params(args.params, values, dry_run=args.dry_run)
-    verb = "would change" if args.dry_run else "changed"
-    for key, old, new in changes:
-        print(f"{verb} {key}: {yaml_scalar(old)} -> {yaml_scalar(new)}")
-    if not changes:
-        print(f"{args.params} already holds the best values of {args.best}")
-    print(f"equivalent experiment: {exp_run_line(values)}")
-    return 0
+    return run_tune(args.params, paths, workers=args.workers, progress=not args.no_progress)

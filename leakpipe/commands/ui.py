@@ -1,36 +1,19 @@
 """`leakpipe ui`: the MLflow UI on the project's tracking store, bound to 127.0.0.1 by default.
 
 Runs ``mlflow server`` on ``leakpipe.tracking.tracking_uri()`` (the project's SQLite store, or
-``MLFLOW_TRACKING_URI``) until Ctrl-C or SIGTERM / SIGHUP. When tracking goes to a remote server
-already, there is nothing to start: the command prints where to look.
-
-``mlflow server`` runs its web workers as child processes, so stopping only the process this
-command starts would leave them serving. The server gets a process group of its own, and a
-stop signal to this command ends that whole group (SIGTERM, then SIGKILL after STOP_TIMEOUT_S);
-the exit code is then 128 + the signal number, as a shell reports it.
+``MLFLOW_TRACKING_URI``) until Ctrl-C or SIGTERM / SIGHUP, and then stops the server's worker
+processes too (``leakpipe.tracking.server``). When tracking goes to a remote server already,
+there is nothing to start: the command prints where to look.
 """
 
 from __future__ import annotations
 
 import argparse
-import logging
-import os
-import signal
-import subprocess
-import sys
-import time
 
-from leakpipe import tracking
+from leakpipe.tracking.server import DEFAULT_HOST, DEFAULT_PORT, run_ui
 
 NAME = "ui"
 HELP = "browse runs, metrics, figures and models in the MLflow UI (mlflow server)"
-DEFAULT_HOST = "127.0.0.1"
-DEFAULT_PORT = 5000
-LOCAL_SCHEMES = ("sqlite:", "file:", "postgresql", "mysql", "mssql")
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-STOP_TIMEOUT_S = 10.0   # after SIGTERM, how long the server's workers get before SIGKILL
-POLL_S = 0.2
-log = logging.getLogger(__name__)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -40,60 +23,5 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"port (default: {DEFAULT_PORT})")
 
 
-def server_command(uri: str, host: str, port: int) -> list[str]:
-    """The ``mlflow server`` command line for a backend store URI."""
-    artifacts = tracking.artifact_root()
-    artifacts.mkdir(parents=True, exist_ok=True)
-    return [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", uri,
-            "--default-artifact-root", artifacts.as_uri(), "--host", host, "--port", str(port),
-            "--workers", "1"]
-
-
 def run(args: argparse.Namespace) -> int:
-    uri = tracking.tracking_uri()
-    if not uri.startswith(LOCAL_SCHEMES):
-        print(f"ui: tracking goes to {uri}; open it in a browser (nothing to start here)")
-        return 0
-    command = server_command(uri, args.host, args.port)
-    log.info("MLflow UI for %s on http://%s:%d (Ctrl-C stops it)", uri, args.host, args.port)
-    return serve(command)
-
-
-def serve(command: list[str]) -> int:
-    """Run ``command`` in a process group of its own until it exits or this process gets a stop
-    signal; then end the whole group. Returns the server's exit code, or 128 + the signal."""
-    server = subprocess.Popen(command, start_new_session=True)
-    received: list[int] = []
-    previous = {sig: signal.signal(sig, lambda signum, _frame: received.append(signum))
-                for sig in STOP_SIGNALS}
-    try:
-        return _wait(server, received)
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-        if server.poll() is None:            # an exception on the way out: leave nothing behind
-            _signal_group(server, signal.SIGKILL)
-            server.wait()
-
-
-def _wait(server: subprocess.Popen, received: list[int]) -> int:
-    deadline = None
-    while True:
-        try:
-            code = server.wait(timeout=POLL_S)
-            return 128 + received[0] if received else code
-        except subprocess.TimeoutExpired:
-            pass
-        if received and deadline is None:
-            log.info("ui: stopping the MLflow server (signal %d)", received[0])
-            _signal_group(server, signal.SIGTERM)
-            deadline = time.monotonic() + STOP_TIMEOUT_S
-        elif deadline is not None and time.monotonic() > deadline:
-            _signal_group(server, signal.SIGKILL)
-
-
-def _signal_group(server: subprocess.Popen, sig: int) -> None:
-    try:
-        os.killpg(server.pid, sig)
-    except ProcessLookupError:
-        pass
+    return run_ui(args.host, args.port)

@@ -118,3 +118,17 @@ def _write_checked(path: Path, text: str) -> None:
                               f"({str(exc).removeprefix(f'{scratch}: ')}); nothing was changed") \
                 from None
     write_text_atomic(path, text)
+
+
+def run_apply(params: Path, best: Path, *, dry_run: bool = False) -> int:
+    """`leakpipe tune apply`: print each change (made, or with ``dry_run`` only shown) and the
+    equivalent ``dvc exp run`` line; returns the exit code."""
+    values = read_best(best)
+    changes = apply_params(params, values, dry_run=dry_run)
+    verb = "would change" if dry_run else "changed"
+    for key, old, new in changes:
+        print(f"{verb} {key}: {yaml_scalar(old)} -> {yaml_scalar(new)}")
+    if not changes:
+        print(f"{params} already holds the best values of {best}")
+    print(f"equivalent experiment: {exp_run_line(values)}")
+    return 0

@@ -1,6 +1,7 @@
 """The `tune` stage: run the study to its budget with N workers, then write what it found.
 
-``run_study`` (the stage, ``leakpipe tune``) creates or resumes the study, opens (or reopens)
+``run_tune`` (the stage, ``leakpipe tune``) runs ``run_study`` and prints what it found;
+``run_study`` creates or resumes the study, opens (or reopens)
 its MLflow parent run, runs one worker in this process or N worker processes, and writes
 tuning/best_params.yaml and metrics/tune.json. ``join_study`` (``leakpipe tune --worker``) is
 one worker on a study that already exists, on this machine or another.
@@ -99,6 +100,16 @@ def threads_for(workers: int, cfg: TuneConfig) -> int:
 
 def deadline(cfg: TuneConfig) -> float | None:
     return time.monotonic() + cfg.timeout_s if cfg.timeout_s > 0 else None
+
+
+def run_tune(params: Path, paths: TunePaths, *, workers: int | None = None,
+             progress: bool = True) -> int:
+    """The whole stage; returns the exit code (errors raise ``LeakpipeError``)."""
+    summary = run_study(params, paths, workers=workers, progress=progress)
+    print(f"tune: study {summary.study_name}: best {summary.objective} = "
+          f"{summary.best_value:.4f} (trial {summary.best_trial}); trials {summary.counts} "
+          f"-> {paths.best}; apply with `leakpipe tune apply`")
+    return 0
 
 
 def run_study(params: Path, paths: TunePaths, *, workers: int | None = None,

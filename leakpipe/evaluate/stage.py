@@ -1,0 +1,113 @@
+"""The evaluate stage: network -> operating point on val -> figures on test -> detector, run.
+
+``run_evaluate`` is what `leakpipe evaluate` (and stages/evaluate.py) calls:
+
+1. the runtime (device, precision) and the preload plan's batch caps, decided once;
+2. one MLflow run tagged with the network file's sha256, linked to the train run that wrote it
+   when MLflow knows one;
+3. ``evaluate_detector`` scores val, chooses the operating point there, scores test;
+4. the DVC outputs (metrics, plot files, predictions, the detector file) are written atomically,
+   then the same figures, the confusion / ROC / PR / threshold plots, the predictions table and
+   the detector are logged to the run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from leakpipe import tracking
+from leakpipe.allocator import retain_freed_memory
+from leakpipe.config import load_section
+from leakpipe.detector import load_network
+from leakpipe.evaluate.detector_evaluation import (
+    Evaluation,
+    batch_limits,
+    detector_of,
+    evaluate_detector,
+    write_outputs,
+)
+from leakpipe.evaluate.plots import evaluation_figures
+from leakpipe.files import file_sha256
+from leakpipe.preload.plan import read_plan
+from leakpipe.runtime import make_runtime
+from leakpipe.tracking import Tracker
+
+STAGE = "evaluate"
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class EvaluatePaths:
+    """What the stage reads (model, data folder, plan) and writes (everything else)."""
+
+    model: Path
+    data_dir: Path
+    plan: Path
+    metrics: Path
+    plots_dir: Path
+    predictions: Path
+    detector: Path
+
+    def split(self, name: str) -> Path:
+        return self.data_dir / f"{name}.h5"
+
+
+def run_evaluate(paths: EvaluatePaths, params: Path, *, progress: bool = True) -> int:
+    """The whole stage; returns the exit code (errors raise ``LeakpipeError``)."""
+    cfg, decision = load_section(params, STAGE), load_section(params, "decision")
+    rt = load_section(params, "runtime")
+    min_clip_fraction = load_section(params, "build").min_clip_fraction
+    runtime = make_runtime(rt.device, rt.amp, rt.channels_last)
+    retain_freed_memory()                 # CPU inference reuses its activation buffers
+    network = load_network(paths.model)
+    plan = read_plan(paths.plan)
+    sha = file_sha256(paths.model)
+    with tracking.start_run(STAGE, tags={tracking.TAG_MODEL_SHA256: sha}) as run:
+        run.log_params({STAGE: dataclasses.asdict(cfg), "decision": dataclasses.asdict(decision),
+                        "runtime": dataclasses.asdict(rt), "model_file": str(paths.model)})
+        _link_train_run(run, sha)
+        evaluation = evaluate_detector(network, {s: paths.split(s) for s in ("val", "test")},
+                                       plan, cfg, decision, runtime, progress=progress)
+        detector = detector_of(evaluation, network, batch_limits(plan, cfg), min_clip_fraction)
+        write_outputs(evaluation, detector, metrics_path=paths.metrics,
+                      plots_dir=paths.plots_dir, predictions_path=paths.predictions,
+                      detector_path=paths.detector)
+        _log_evaluation(run, evaluation, paths)
+    print(summary_line(evaluation, paths.metrics))
+    return 0
+
+
+def _link_train_run(run: Tracker, sha: str) -> None:
+    train_run = tracking.find_run_id("train", {tracking.TAG_MODEL_SHA256: sha})
+    if train_run is None:
+        log.info("no MLflow train run is tagged with this model's sha256; not linked")
+        return
+    run.set_tags({tracking.TAG_TRAIN_RUN: train_run})
+
+
+def _log_evaluation(run: Tracker, evaluation: Evaluation, paths: EvaluatePaths) -> None:
+    run.set_tags(evaluation.info)
+    run.log_metrics({k: v for k, v in evaluation.metrics.items() if math.isfinite(v)})
+    for name, figure in evaluation_figures(evaluation).items():
+        run.log_figure(figure, f"{STAGE}/{name}.png")
+    rows = evaluation.test.rows()
+    run.log_table({key: [row[key] for row in rows] for key in rows[0]},
+                  f"{STAGE}/predictions.json")
+    run.log_artifact(paths.predictions, STAGE)
+    run.log_artifact(paths.metrics, STAGE)
+    for path in sorted(paths.plots_dir.glob("*.json")):
+        run.log_artifact(path, f"{STAGE}/plots")
+    if run.run_id is not None:
+        run.set_tags({tracking.TAG_DETECTOR_URI: tracking.log_detector(paths.detector)})
+
+
+def summary_line(evaluation: Evaluation, path: Path) -> str:
+    m, point = evaluation.metrics, evaluation.point
+    return (f"evaluate: {point.rule} at threshold {point.threshold:g} (chosen on val by "
+            f"{point.criterion}); test files {int(m['test/files'])}: F1 {m['test/file_f1']:.3f}, "
+            f"sensitivity {m['test/file_recall']:.3f}, specificity "
+            f"{m['test/file_specificity']:.3f}, ROC-AUC {m['test/file_roc_auc']:.3f} -> {path}")
