@@ -51,7 +51,8 @@ def run_once(workers: int, trials: int, epochs: int, fraction: float) -> dict[st
         paths = TunePaths(train=REPO / "data/processed/train.h5",
                           val=REPO / "data/processed/val.h5", plan=REPO / "reports/preload.json",
                           journal=folder / "journal.log", best=folder / "best.yaml",
-                          metrics=folder / "tune.json")
+                          metrics=folder / "tune.json",
+                          validated=REPO / "reports/validated.json")
         start = time.perf_counter()
         summary = run_study(params, paths, workers=workers, progress=False, tracked=False)
         seconds = time.perf_counter() - start

@@ -13,6 +13,8 @@ import hashlib
 import io
 import json
 import os
+import sys
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
@@ -20,6 +22,8 @@ from typing import IO, Any
 TMP_PREFIX = "."
 TMP_SUFFIX = ".tmp"
 HASH_BLOCK = 2**22   # bytes read per step when hashing a file
+TEST_WRITE_PAUSE_ENV = "LEAKPIPE_TEST_WRITE_PAUSE_S"   # test hook (``_test_write_pause``)
+TEST_WRITE_PAUSE_MARK = "leakpipe test hook: write pause"
 
 
 def temporary_sibling(path: Path) -> Path:
@@ -27,8 +31,10 @@ def temporary_sibling(path: Path) -> Path:
     return path.with_name(f"{TMP_PREFIX}{path.name}{TMP_SUFFIX}")
 
 
-def write_atomic(path: Path, write: Callable[[IO[bytes]], None]) -> None:
-    """Call ``write(handle)`` on a temporary sibling, fsync, rename onto ``path``."""
+def write_atomic(path: Path, write: Callable[[IO[bytes]], None], *,
+                 before_replace: Callable[[Path, Path], None] | None = None) -> None:
+    """Call ``write(handle)`` on a temporary sibling, fsync, rename onto ``path``;
+    ``before_replace(tmp, path)`` runs between the fsync and the rename."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = temporary_sibling(path)
@@ -37,6 +43,8 @@ def write_atomic(path: Path, write: Callable[[IO[bytes]], None]) -> None:
             write(handle)
             handle.flush()
             os.fsync(handle.fileno())
+        if before_replace is not None:
+            before_replace(tmp, path)
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
@@ -80,7 +88,22 @@ def save_torch_atomic(obj: Any, path: Path) -> None:
     """``torch.save`` of ``obj`` to ``path``, atomically (checkpoints and detector files)."""
     import torch
 
-    write_atomic(path, lambda handle: torch.save(obj, handle))
+    write_atomic(path, lambda handle: torch.save(obj, handle), before_replace=_test_write_pause)
+
+
+def _test_write_pause(tmp: Path, path: Path) -> None:
+    """Test hook for the fault-injection tests (tests/test_faults.py); inert unless the
+    environment sets ``LEAKPIPE_TEST_WRITE_PAUSE_S``.
+
+    When set, a torch file's write prints ``<TEST_WRITE_PAUSE_MARK> <tmp> -> <path>`` to stderr
+    and sleeps that many seconds between the fsynced temporary file and its rename, so a test
+    can SIGKILL the process inside a checkpoint write.
+    """
+    seconds = os.environ.get(TEST_WRITE_PAUSE_ENV)
+    if not seconds:
+        return
+    print(f"{TEST_WRITE_PAUSE_MARK} {tmp} -> {path}", file=sys.stderr, flush=True)
+    time.sleep(float(seconds))
 
 
 def _fsync_dir(directory: Path) -> None:

@@ -74,3 +74,17 @@ def write_bulk_split(path: Path, split: str, files: int, *,
             writer.append(random_mel(rng, n, features, dtype), label,
                           recording_id=f"{split}-bulk-{start}", group=f"{split}-bulk")
     return path
+
+
+def validate_into(data_dir: Path, out_dir: Path, params: Path,
+                  splits: tuple[str, ...] = SPLITS) -> Path:
+    """Run the real `leakpipe validate` on ``data_dir``; returns the stamp it wrote (asserted)."""
+    from leakpipe.cli import main
+
+    stamp = out_dir / "validated.json"
+    code = main(["validate", "--params", str(params), "--data-dir", str(data_dir),
+                 "--splits", *splits, "--report", str(out_dir / "validation.json"),
+                 "--html", str(out_dir / "validation.html"), "--stamp", str(stamp),
+                 "--no-progress"])
+    assert code == 0 and stamp.is_file(), f"validate failed on {data_dir}"
+    return stamp

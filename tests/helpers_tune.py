@@ -57,7 +57,7 @@ class TuneWorkspace:
         p = self.paths
         return ["--params", str(self.params), "--train", str(p.train), "--val", str(p.val),
                 "--plan", str(p.plan), "--journal", str(p.journal), "--best", str(p.best),
-                "--metrics", str(p.metrics), "--no-progress"]
+                "--metrics", str(p.metrics), "--unvalidated", "--no-progress"]
 
 
 def make_workspace(root: Path, *, tune: dict[str, Any] | None = None,
@@ -80,7 +80,7 @@ def make_workspace(root: Path, *, tune: dict[str, Any] | None = None,
     paths = TunePaths(train=data["train"], val=data["val"], plan=plan_path,
                       journal=root / "tuning" / "journal.log",
                       best=root / "tuning" / "best_params.yaml",
-                      metrics=root / "metrics" / "tune.json")
+                      metrics=root / "metrics" / "tune.json", validated=None)
     return TuneWorkspace(root, params_path, paths)
 
 

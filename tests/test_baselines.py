@@ -17,10 +17,10 @@ from leakpipe.baselines.data import read_features
 from leakpipe.baselines.features import clip_level, feature_names, mfcc, mfcc_summary
 from leakpipe.cli import main
 from leakpipe.config import ConfigError, load_section
-from leakpipe.constants import H5_LABELS, H5_MEL, KNOWN_CLASSES, SPLITS
+from leakpipe.constants import H5_LABELS, H5_MEL, KNOWN_CLASSES
 from tests.conftest import PARAMS
 from tests.helpers_detector import copied_store, restore_logging
-from tests.helpers_h5 import SMALL_FEATURES, write_splits
+from tests.helpers_h5 import SMALL_FEATURES, validate_into, write_splits
 
 _keep_logging = pytest.fixture(autouse=True)(restore_logging)
 
@@ -205,9 +205,7 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("MLFLOW_TRACKING_URI", copied_store(tmp_path / "mlruns"))
     monkeypatch.chdir(tmp_path)
     _splits(tmp_path / "data" / "processed", tilt_db=8.0)
-    stamp = {"passed": True, "splits": {s: {"files": 80} for s in SPLITS}}
-    (tmp_path / "reports").mkdir()
-    (tmp_path / "reports" / "validated.json").write_text(json.dumps(stamp))
+    validate_into(tmp_path / "data" / "processed", tmp_path / "reports", PARAMS)
     _eval_json(tmp_path / "metrics" / "eval.json", files=80)
     _params(tmp_path)
     return tmp_path

@@ -196,6 +196,8 @@ def test_stage_writes_outputs_and_logs_to_mlflow(project: Path,
     sha = file_sha256(project / "models" / "model.pt")
     with tracking.start_run("train", tags={tracking.TAG_MODEL_SHA256: sha}) as train_run:
         pass
+    assert main(["validate", "--params", str(PARAMS), "--splits", "val", "test",
+                 "--no-progress"]) == 0                # the stamp evaluate checks its splits by
     assert main(["evaluate", "--params", str(PARAMS), "--no-progress"]) == 0
 
     metrics = flatten(json.loads((project / "metrics" / "eval.json").read_text()), sep="/")
@@ -220,6 +222,7 @@ def test_stage_writes_outputs_and_logs_to_mlflow(project: Path,
                              filter_string=f"tags.`{tracking.TAG_STAGE}` = 'evaluate'",
                              output_format="list")[0]
     assert run.data.tags[tracking.TAG_TRAIN_RUN] == train_run.run_id
+    assert tracking.TAG_UNVALIDATED not in run.data.tags
     assert run.data.metrics["test/file_f1"] == pytest.approx(metrics["test/file_f1"])
     artifacts = {a.path for a in mlflow.MlflowClient().list_artifacts(run.info.run_id,
                                                                       "evaluate")}
@@ -234,7 +237,7 @@ def test_missing_plan_is_a_clear_error(project: Path, monkeypatch: pytest.Monkey
                                        capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.chdir(project)
     (project / "reports" / "preload.json").unlink()
-    assert main(["evaluate", "--params", str(PARAMS), "--no-progress"]) == 3
+    assert main(["evaluate", "--params", str(PARAMS), "--unvalidated", "--no-progress"]) == 3
     assert "no preload plan" in capsys.readouterr().err
     assert not (project / "metrics" / "eval.json").exists()
 

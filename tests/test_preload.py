@@ -3,24 +3,26 @@
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 import types
 from collections.abc import Iterator
 from pathlib import Path
 
+import h5py
 import pytest
 import torch
 
 from leakpipe.cli import main
 from leakpipe.config import FeatureConfig, PreloadConfig, load_section
-from leakpipe.constants import EXIT_CONFIG, EXIT_DATA
+from leakpipe.constants import EXIT_CONFIG, EXIT_DATA, H5_MEL
 from leakpipe.data.resident import Growth, hold_training_split, measure_growth
 from leakpipe.errors import ConfigError
 from leakpipe.preload import budget as budget_mod
 from leakpipe.preload import choose_placement, estimate, read_shapes
 from leakpipe.preload.budget import Budget, GpuMemory, cgroup_memory, gpu_memory
 from leakpipe.preload.estimate import HOST, ROLE_EVAL, ROLE_TRAIN, SplitShape
-from tests.helpers_h5 import SMALL_FEATURES, write_bulk_split, write_splits
+from tests.helpers_h5 import SMALL_FEATURES, validate_into, write_bulk_split, write_splits
 
 PARAMS = Path(__file__).resolve().parents[1] / "params.yaml"
 GIB = 2**30
@@ -253,12 +255,6 @@ def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def _stamp(path: Path, files: int = 40) -> Path:
-    path.write_text(json.dumps({"passed": True, "splits": {
-        s: {"files": files, "checksum": "x"} for s in ("train", "val", "test")}}))
-    return path
-
-
 def _preload(data_dir: Path, out: Path, params: Path = PARAMS,
              stamp: Path | None = None) -> int:
     args = ["preload", "--params", str(params), "--data-dir", str(data_dir),
@@ -268,7 +264,9 @@ def _preload(data_dir: Path, out: Path, params: Path = PARAMS,
 
 def test_command_writes_the_plan(data_dir: Path, tmp_path: Path, mlflow_uri: str,
                                  capsys: pytest.CaptureFixture[str]) -> None:
-    code = _preload(data_dir, tmp_path, stamp=_stamp(tmp_path / "validated.json"))
+    stamp = validate_into(data_dir, tmp_path, PARAMS)
+    capsys.readouterr()                                    # validate's own summary line
+    code = _preload(data_dir, tmp_path, stamp=stamp)
 
     assert code == 0
     plan = json.loads((tmp_path / "preload.json").read_text())
@@ -295,15 +293,21 @@ def test_forcing_device_without_a_gpu_fails_cleanly(data_dir: Path, tmp_path: Pa
     assert "preload.mode: 'device' does not fit" in err and "Traceback" not in err
 
 
-@pytest.mark.parametrize(("files", "message"), [(None, "no validation stamp"),
-                                                (39, "train: validated 39 files")])
+@pytest.mark.parametrize(("change", "message"), [
+    ("no stamp", "no validation stamp"),
+    ("split changed", "val.h5: not the file `validate` passed")])
 def test_unvalidated_splits_are_refused(data_dir: Path, tmp_path: Path, mlflow_uri: str,
-                                        capsys: pytest.CaptureFixture[str], files: int | None,
+                                        capsys: pytest.CaptureFixture[str], change: str,
                                         message: str) -> None:
     stamp = tmp_path / "validated.json"
-    if files is not None:
-        _stamp(stamp, files)
+    data = tmp_path / "data"
+    shutil.copytree(data_dir, data)
+    if change == "split changed":
+        validate_into(data, tmp_path, PARAMS)
+        with h5py.File(data / "val.h5", "r+") as f:       # one value edited after validation
+            f[H5_MEL][0, 0, 0, 0, 0] += 1.0
 
-    code = _preload(data_dir, tmp_path, stamp=stamp)
+    code = _preload(data, tmp_path, stamp=stamp)
 
     assert code == EXIT_DATA and message in capsys.readouterr().err
+    assert not (tmp_path / "preload.json").exists()

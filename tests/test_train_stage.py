@@ -131,7 +131,7 @@ def stage_args(ws: Workspace) -> list[str]:
     return ["--params", str(ws.params), "--train", str(ws.data["train"]),
             "--val", str(ws.data["val"]), "--plan", str(ws.plan), "--model", str(ws.model),
             "--metrics", str(ws.metrics), "--plots", str(ws.plots),
-            "--checkpoints", str(ws.checkpoints), "--no-progress"]
+            "--checkpoints", str(ws.checkpoints), "--unvalidated", "--no-progress"]
 
 
 def read_metrics(ws: Workspace) -> dict[str, Any]:

@@ -11,6 +11,7 @@ import pytest
 from leakpipe.config import ValidateConfig, from_mapping, load_section
 from leakpipe.constants import SPLITS
 from leakpipe.errors import ConfigError
+from leakpipe.files import file_sha256
 from leakpipe.validate.results import KIND_STRUCTURE, failed, passed
 from leakpipe.validate.split_validation import validate_splits
 from leakpipe.validate.stage import failed_path
@@ -42,7 +43,8 @@ def test_a_new_bound_changes_the_report_but_not_the_stamp(paths: dict[str, Path]
 
     assert first.passed and second.passed
     assert first.to_dict() != second.to_dict()
-    assert first.stamp() == second.stamp()  # `preload` depends on the stamp only
+    sha256 = {split: file_sha256(path) for split, path in paths.items()}
+    assert first.stamp(sha256) == second.stamp(sha256)  # `preload` depends on the stamp only
 
 
 def test_report_is_deterministic(paths: dict[str, Path], cfg: ValidateConfig) -> None:

@@ -1,7 +1,7 @@
 """The baselines stage: MFCC models against the CNN -> metrics, plot, parent + child runs.
 
 ``run_baselines`` is what `leakpipe baselines` (and stages/baselines.py) calls: check the
-splits against the validation stamp when one is given, fit and select every model
+splits against the validation stamp (``leakpipe.data.stamp``), fit and select every model
 (``comparison.compare_models``), write `metrics/baselines.json` and the plot file atomically,
 then log one MLflow parent run `baselines` with one child run per model (tag
 ``leakpipe.baseline``).
@@ -26,7 +26,7 @@ from leakpipe.baselines.comparison import (
 )
 from leakpipe.config import BaselinesConfig, load_section
 from leakpipe.constants import SPLITS
-from leakpipe.data.stamp import check_validated
+from leakpipe.data.stamp import trust_splits
 
 STAGE = "baselines"
 TAG_BASELINE = "leakpipe.baseline"     # on a child run: which model it holds
@@ -39,7 +39,7 @@ class BaselinePaths:
     """What the stage reads (splits, stamp, the CNN's outputs) and writes (metrics, plots)."""
 
     data_dir: Path
-    validated: Path | None
+    validated: Path | None     # the validation stamp; None: --unvalidated (tagged, warned)
     cnn_metrics: Path
     cnn_predictions: Path
     metrics: Path
@@ -54,13 +54,12 @@ def run_baselines(paths: BaselinePaths, params: Path) -> int:
     cfg = load_section(params, STAGE)
     ev, decision = load_section(params, "evaluate"), load_section(params, "decision")
     splits = paths.splits()
-    if paths.validated is not None:
-        check_validated(paths.validated, splits)
+    trust = trust_splits(paths.validated, splits)
     report = compare_models(splits, cfg, ev, decision, read_eval_metrics(paths.cnn_metrics),
                             str(paths.cnn_metrics), read_cnn_decisions(paths.cnn_predictions),
                             str(paths.cnn_predictions))
     write_outputs(report, metrics_path=paths.metrics, plots_dir=paths.plots_dir)
-    with tracking.start_run(STAGE) as parent:
+    with tracking.start_run(STAGE, tags=trust) as parent:
         parent.log_params({STAGE: dataclasses.asdict(cfg),
                            "evaluate": {k: getattr(ev, k) for k in EVALUATE_KEYS},
                            "decision": dataclasses.asdict(decision)})

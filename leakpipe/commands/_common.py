@@ -19,3 +19,19 @@ def positive_int(text: str) -> int:
 def add_params_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--params", type=Path, default=DEFAULT_PARAMS,
                         help="params file (default: params.yaml)")
+
+
+def add_validated_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--validated STAMP`` (default reports/validated.json) or ``--unvalidated``."""
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--validated", type=Path, default=Path("reports/validated.json"),
+                       help="the stamp `validate` writes: refuse split files whose bytes it did "
+                            "not pass (default: reports/validated.json)")
+    group.add_argument("--unvalidated", action="store_true",
+                       help="expert: skip that check (the MLflow run is tagged "
+                            "leakpipe.unvalidated)")
+
+
+def validated_stamp(args: argparse.Namespace) -> Path | None:
+    """The stamp to check the splits against; None for ``--unvalidated``."""
+    return None if args.unvalidated else args.validated

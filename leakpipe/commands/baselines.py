@@ -12,7 +12,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from leakpipe.commands._common import add_params_argument
+from leakpipe.commands._common import (
+    add_params_argument,
+    add_validated_arguments,
+    validated_stamp,
+)
 
 NAME = "baselines"
 HELP = "the paper's MFCC baselines (random forest, SVM, XGBoost) and a level-only control"
@@ -22,8 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_params_argument(parser)
     parser.add_argument("--data-dir", type=Path, default=Path("data/processed"),
                         help="folder holding train.h5, val.h5 and test.h5")
-    parser.add_argument("--validated", type=Path, default=None,
-                        help="the stamp `validate` writes; refuse splits it did not pass")
+    add_validated_arguments(parser)
     parser.add_argument("--cnn-metrics", type=Path, default=Path("metrics/eval.json"),
                         help="the CNN's evaluate metrics to compare with (skipped when absent)")
     parser.add_argument("--cnn-predictions", type=Path, default=Path("reports/predictions.csv"),
@@ -38,7 +41,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from leakpipe.baselines.stage import BaselinePaths, run_baselines
 
-    paths = BaselinePaths(data_dir=args.data_dir, validated=args.validated,
+    paths = BaselinePaths(data_dir=args.data_dir, validated=validated_stamp(args),
                           cnn_metrics=args.cnn_metrics, cnn_predictions=args.cnn_predictions,
                           metrics=args.metrics, plots_dir=args.plots_dir)
     return run_baselines(paths, args.params)

@@ -12,7 +12,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from leakpipe.commands._common import add_params_argument
+from leakpipe.commands._common import (
+    add_params_argument,
+    add_validated_arguments,
+    validated_stamp,
+)
 
 NAME = "evaluate"
 HELP = "choose the decision threshold on val, report file-level metrics on test"
@@ -34,6 +38,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="one row per test file")
     parser.add_argument("--detector", type=Path, default=Path("models/detector.pt"),
                         help="detector file with the chosen operating point (for predict)")
+    add_validated_arguments(parser)
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bars")
 
 
@@ -42,5 +47,6 @@ def run(args: argparse.Namespace) -> int:
 
     paths = EvaluatePaths(model=args.model, data_dir=args.data_dir, plan=args.plan,
                           metrics=args.metrics, plots_dir=args.plots_dir,
-                          predictions=args.predictions, detector=args.detector)
+                          predictions=args.predictions, detector=args.detector,
+                          validated=validated_stamp(args))
     return run_evaluate(paths, args.params, progress=not args.no_progress)

@@ -11,7 +11,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from leakpipe.commands._common import add_params_argument
+from leakpipe.commands._common import (
+    add_params_argument,
+    add_validated_arguments,
+    validated_stamp,
+)
 
 NAME = "train"
 HELP = "train the leak detector (resumes from its checkpoints; DDP under torchrun)"
@@ -33,6 +37,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="per-epoch metrics (CSV) for `dvc plots`")
     parser.add_argument("--checkpoints", type=Path, default=Path("checkpoints/train"),
                         help="checkpoint folder; an unfinished run in it is resumed")
+    add_validated_arguments(parser)
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bars")
 
 
@@ -40,5 +45,6 @@ def run(args: argparse.Namespace) -> int:
     from leakpipe.train.stage import TrainPaths, TrainSections, run_train
 
     paths = TrainPaths(train=args.train, val=args.val, plan=args.plan, model=args.model,
-                       metrics=args.metrics, plots=args.plots, checkpoints=args.checkpoints)
+                       metrics=args.metrics, plots=args.plots, checkpoints=args.checkpoints,
+                       validated=validated_stamp(args))
     return run_train(paths, TrainSections.load(args.params), progress=not args.no_progress)

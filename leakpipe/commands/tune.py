@@ -14,7 +14,12 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from leakpipe.commands._common import add_params_argument, positive_int
+from leakpipe.commands._common import (
+    add_params_argument,
+    add_validated_arguments,
+    positive_int,
+    validated_stamp,
+)
 
 NAME = "tune"
 HELP = "search hyper-parameters with Optuna over the train stage's fit(); `tune apply` them"
@@ -51,6 +56,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="study name to join (default: computed from the params and data)")
     parser.add_argument("--dry-run", action="store_true",
                         help="apply: show the changes and the dvc line, change nothing")
+    add_validated_arguments(parser)
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
 
@@ -62,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
     from leakpipe.tune.driver import TunePaths, join_study, run_tune
 
     paths = TunePaths(train=args.train, val=args.val, plan=args.plan, journal=args.journal,
-                      best=args.best, metrics=args.metrics)
+                      best=args.best, metrics=args.metrics, validated=validated_stamp(args))
     if args.worker:
         join_study(args.params, paths, worker_index=args.worker_index, threads=args.threads,
                    name=args.study)

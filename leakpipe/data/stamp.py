@@ -1,19 +1,30 @@
-"""The validation stamp: which splits `validate` passed, checked by the stages that read them.
+"""The validation stamp: which split files `validate` passed, checked by every stage that reads
+them.
 
-`validate` writes the stamp (``reports/validated.json``) only when every check passed; a stage
-given ``--validated`` refuses splits the stamp does not describe, so a split rebuilt or swapped
-after validation is not silently used.
+`validate` writes the stamp (``reports/validated.json``) only when every check passed, with the
+sha256 of each split file it checked. Training, tuning, evaluation and the baselines check the
+files they are about to read against it and refuse any other bytes with one line: a split
+rebuilt, edited or swapped after validation (or never validated) is not silently learned from
+or reported on, whatever order the commands were run in. ``--unvalidated`` (an expert's choice)
+skips the check; the stage then warns and tags its MLflow run ``leakpipe.unvalidated``.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from leakpipe.data.reader import open_split
 from leakpipe.errors import DataError
+from leakpipe.files import file_sha256
+from leakpipe.tracking.names import TAG_UNVALIDATED
+
+log = logging.getLogger(__name__)
+
+DEFAULT_STAMP = Path("reports/validated.json")
+SHA256_KEY = "sha256"
 
 
 def read_stamp(path: Path) -> dict[str, Any]:
@@ -23,20 +34,46 @@ def read_stamp(path: Path) -> dict[str, Any]:
     except FileNotFoundError:
         raise DataError(f"{path}: no validation stamp; run `leakpipe validate` "
                         "(or `dvc repro validate`) first") from None
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, UnicodeDecodeError):
         raise DataError(f"{path}: not valid JSON; re-run `leakpipe validate`") from None
     if not isinstance(stamp, dict) or not stamp.get("passed"):
         raise DataError(f"{path}: validation did not pass")
+    if not isinstance(stamp.get("splits"), dict):
+        raise DataError(f"{path}: no 'splits' in the stamp; re-run `leakpipe validate`")
     return stamp
 
 
-def check_validated(path: Path, splits: Mapping[str, Path]) -> None:
-    """The split files (name -> HDF5 path) must be ones `validate` passed."""
+def require_validated(path: Path, splits: Mapping[str, Path]) -> dict[str, str]:
+    """Each split file (name -> HDF5 path) must hold exactly the bytes `validate` passed;
+    returns the sha256 of each."""
     stamp = read_stamp(path)
+    hashes = {}
     for split, split_path in splits.items():
-        with open_split(split_path) as reader:
-            files = reader.n_files
-        passed = stamp.get("splits", {}).get(split, {}).get("files")
-        if passed != files:
-            raise DataError(f"{path}: {split}: validated {passed} files, the split holds "
-                            f"{files}; re-run `leakpipe validate`")
+        entry = stamp["splits"].get(split)
+        passed = entry.get(SHA256_KEY) if isinstance(entry, dict) else None
+        if passed is None:
+            raise DataError(f"{split_path}: {path} holds no validated {split!r} split; run "
+                            "`leakpipe validate` (or `dvc repro validate`), or pass "
+                            "--unvalidated to use it anyway")
+        try:
+            digest = file_sha256(split_path)
+        except FileNotFoundError:
+            raise DataError(f"{split_path}: no such file") from None
+        if digest != passed:
+            raise DataError(f"{split_path}: not the file `validate` passed (sha256 "
+                            f"{digest[:12]}, {path} holds {passed[:12]}); run `leakpipe "
+                            "validate` (or `dvc repro validate`), or pass --unvalidated to use "
+                            "it anyway")
+        hashes[split] = digest
+    return hashes
+
+
+def trust_splits(stamp: Path | None, splits: Mapping[str, Path]) -> dict[str, str]:
+    """Check ``splits`` against ``stamp`` (None: the expert's ``--unvalidated``, one WARNING);
+    returns the MLflow tags that record which it was."""
+    if stamp is None:
+        log.warning("%s: not checked against a validation stamp (--unvalidated); the run is "
+                    "tagged %s", ", ".join(str(p) for p in splits.values()), TAG_UNVALIDATED)
+        return {TAG_UNVALIDATED: "true"}
+    require_validated(stamp, splits)
+    return {}

@@ -2,7 +2,8 @@
 
 ``run_evaluate`` is what `leakpipe evaluate` (and stages/evaluate.py) calls:
 
-1. the runtime (device, precision) and the preload plan's batch caps, decided once;
+1. the runtime (device, precision) and the preload plan's batch caps, decided once; val and
+   test checked against the validation stamp (``leakpipe.data.stamp``);
 2. one MLflow run tagged with the network file's sha256, linked to the train run that wrote it
    when MLflow knows one;
 3. ``evaluate_detector`` scores val, chooses the operating point there, scores test;
@@ -22,6 +23,7 @@ from pathlib import Path
 from leakpipe import tracking
 from leakpipe.allocator import retain_freed_memory
 from leakpipe.config import load_section
+from leakpipe.data.stamp import trust_splits
 from leakpipe.detector import load_network
 from leakpipe.evaluate.detector_evaluation import (
     Evaluation,
@@ -51,6 +53,7 @@ class EvaluatePaths:
     plots_dir: Path
     predictions: Path
     detector: Path
+    validated: Path | None     # the validation stamp; None: --unvalidated (tagged, warned)
 
     def split(self, name: str) -> Path:
         return self.data_dir / f"{name}.h5"
@@ -62,16 +65,18 @@ def run_evaluate(paths: EvaluatePaths, params: Path, *, progress: bool = True) -
     rt = load_section(params, "runtime")
     min_clip_fraction = load_section(params, "build").min_clip_fraction
     runtime = make_runtime(rt.device, rt.amp, rt.channels_last)
+    splits = {s: paths.split(s) for s in ("val", "test")}
+    trust = trust_splits(paths.validated, splits)
     retain_freed_memory()                 # CPU inference reuses its activation buffers
     network = load_network(paths.model)
     plan = read_plan(paths.plan)
     sha = file_sha256(paths.model)
-    with tracking.start_run(STAGE, tags={tracking.TAG_MODEL_SHA256: sha}) as run:
+    with tracking.start_run(STAGE, tags={tracking.TAG_MODEL_SHA256: sha, **trust}) as run:
         run.log_params({STAGE: dataclasses.asdict(cfg), "decision": dataclasses.asdict(decision),
                         "runtime": dataclasses.asdict(rt), "model_file": str(paths.model)})
         _link_train_run(run, sha)
-        evaluation = evaluate_detector(network, {s: paths.split(s) for s in ("val", "test")},
-                                       plan, cfg, decision, runtime, progress=progress)
+        evaluation = evaluate_detector(network, splits, plan, cfg, decision, runtime,
+                                       progress=progress)
         detector = detector_of(evaluation, network, batch_limits(plan, cfg), min_clip_fraction)
         write_outputs(evaluation, detector, metrics_path=paths.metrics,
                       plots_dir=paths.plots_dir, predictions_path=paths.predictions,

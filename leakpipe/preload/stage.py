@@ -14,7 +14,7 @@ from typing import Any
 
 from leakpipe import tracking
 from leakpipe.config import load_section
-from leakpipe.data.stamp import check_validated
+from leakpipe.data.stamp import require_validated
 from leakpipe.files import write_json_atomic
 from leakpipe.preload import plan_training, read_shapes
 from leakpipe.preload.plan import human_bytes
@@ -28,7 +28,7 @@ def run_preload(splits: Mapping[str, Path], report_path: Path, params: Path,
     """The whole stage; returns the exit code (errors raise ``LeakpipeError``)."""
     cfg = load_section(params, STAGE)
     if validated is not None:
-        check_validated(validated, splits)
+        require_validated(validated, splits)
     shapes = read_shapes(splits)
     plan, budget = plan_training(shapes, cfg, source=str(params))
     report = plan.to_dict(budget, cfg, shapes)

@@ -31,6 +31,7 @@ from leakpipe.tracking.names import (
     TAG_MODEL_SHA256,
     TAG_STAGE,
     TAG_TRAIN_RUN,
+    TAG_UNVALIDATED,
 )
 from leakpipe.tracking.runs import (
     artifact_root,
@@ -57,6 +58,7 @@ __all__ = [
     "TAG_MODEL_SHA256",
     "TAG_STAGE",
     "TAG_TRAIN_RUN",
+    "TAG_UNVALIDATED",
     "MlflowTracker",
     "NullTracker",
     "Tracker",

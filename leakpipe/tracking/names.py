@@ -11,5 +11,6 @@ MODEL_NAME = "model"                 # artifact name of a network logged with lo
 SYSTEM_SAMPLES_BEFORE_LOGGING = 1    # MLflow system metrics: log every sample
 TAG_MODEL_SHA256 = "leakpipe.model_sha256"   # sha256 of models/model.pt (train and evaluate)
 TAG_TRAIN_RUN = "leakpipe.train_run_id"      # on an evaluate run: the train run of its model
+TAG_UNVALIDATED = "leakpipe.unvalidated"     # "true": the stage ran with --unvalidated
 TAG_DETECTOR_URI = "leakpipe.detector_uri"   # models:/ URI of a logged detector file
 DETECTOR_SUFFIX = ".pt"

@@ -66,14 +66,26 @@ def git_commit(root: Path) -> str | None:
 
 
 def _ensure_experiment(name: str, root: Path) -> str:
+    """The experiment's id, created when the store has none of that name.
+
+    Stages may start at once (queued DVC experiments, tuning workers): when another process
+    creates the experiment between the look-up and the create, its experiment is used.
+    """
     import mlflow
+    from mlflow.exceptions import MlflowException
 
     experiment = mlflow.get_experiment_by_name(name)
     if experiment is not None:
         return experiment.experiment_id
     location = artifact_root(root)
     location.mkdir(parents=True, exist_ok=True)
-    return mlflow.create_experiment(name, artifact_location=location.as_uri())
+    try:
+        return mlflow.create_experiment(name, artifact_location=location.as_uri())
+    except MlflowException:
+        experiment = mlflow.get_experiment_by_name(name)
+        if experiment is None:
+            raise
+        return experiment.experiment_id
 
 
 @contextlib.contextmanager

@@ -3,7 +3,9 @@
 ``run_train`` is what `leakpipe train` (and stages/train.py, also under torchrun) calls:
 
 1. SIGINT / SIGTERM become a stop flag (``GracefulStop``); torchrun's env starts DDP.
-2. The preload plan is re-checked against this machine (``prepare_training``).
+2. The splits are checked against the validation stamp (``leakpipe.data.stamp``: the bytes
+   `validate` passed, or ``--unvalidated``, tagged); the preload plan is re-checked against
+   this machine (``prepare_training``).
 3. One MLflow run (rank 0): every param flattened (model, train, monitor, the placement), a
    metrics row per epoch (``fit``), the step-time / system profile (``leakpipe.monitor``,
    switched on by the ``monitor`` params) and MLflow's own system metrics.
@@ -39,6 +41,7 @@ from leakpipe.config import (
     load_section,
 )
 from leakpipe.data.schema import leak_index
+from leakpipe.data.stamp import trust_splits
 from leakpipe.files import write_json_atomic, write_text_atomic
 from leakpipe.model import SegmentScorer
 from leakpipe.monitor import TrainMonitor, write_profile
@@ -78,6 +81,7 @@ class TrainPaths:
     metrics: Path
     plots: Path
     checkpoints: Path
+    validated: Path | None     # the validation stamp; None: --unvalidated (tagged, warned)
 
 
 @dataclass(frozen=True)
@@ -121,12 +125,13 @@ def run_train(paths: TrainPaths, cfgs: TrainSections, *, progress: bool = True) 
 def _run_stage(paths: TrainPaths, cfgs: TrainSections, runtime: Runtime, dist: Distributed,
                stop: GracefulStop, progress: bool) -> None:
     log.info("train: runtime %s", runtime.describe())
+    trust = trust_splits(paths.validated, {"train": paths.train, "val": paths.val})
     plan = read_plan(paths.plan)
     data = prepare_training(paths.train, paths.val, plan, cfgs.train, runtime.device,
                             rank=dist.rank,
                             world_size=dist.world_size, local_world_size=dist.local_world_size)
     try:
-        with _tracker(cfgs.monitor, dist, data) as tracker:
+        with _tracker(cfgs.monitor, dist, data, trust) as tracker:
             tracker.log_params(run_params(cfgs, plan, data, dist))
             result = _fit(paths, cfgs, runtime, dist, stop, progress, data, tracker)
             if dist.is_main:
@@ -135,12 +140,12 @@ def _run_stage(paths: TrainPaths, cfgs: TrainSections, runtime: Runtime, dist: D
         data.close()
 
 
-def _tracker(cfg: MonitorConfig, dist: Distributed,
-             data: TrainingData) -> contextlib.AbstractContextManager[Tracker]:
+def _tracker(cfg: MonitorConfig, dist: Distributed, data: TrainingData,
+             tags: dict[str, str]) -> contextlib.AbstractContextManager[Tracker]:
     if not dist.is_main:
         return contextlib.nullcontext(NullTracker())
     checksum = ",".join(f"{split}:{digest}" for split, digest in sorted(data.data_id.items()))
-    return tracking.start_run(STAGE, tags={tracking.TAG_DATA: checksum},
+    return tracking.start_run(STAGE, tags={tracking.TAG_DATA: checksum, **tags},
                               system_metrics=cfg.mlflow_system_metrics,
                               system_metrics_interval_s=cfg.mlflow_interval_s)
 

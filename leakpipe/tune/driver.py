@@ -30,6 +30,7 @@ from leakpipe.config import (
     TuneConfig,
     load_section,
 )
+from leakpipe.data.stamp import DEFAULT_STAMP, trust_splits
 from leakpipe.preload.plan import read_plan
 from leakpipe.tune import plots, study_results
 from leakpipe.tune.names import ATTR_PARENT_RUN, TAG_STORAGE, TAG_STUDY
@@ -63,6 +64,11 @@ class TunePaths:
     journal: Path = DEFAULT_JOURNAL
     best: Path = Path("tuning/best_params.yaml")
     metrics: Path = Path("metrics/tune.json")
+    validated: Path | None = DEFAULT_STAMP   # the validation stamp; None: --unvalidated
+
+    def trust(self) -> dict[str, str]:
+        """Check train / val against the stamp; the MLflow tags that record how."""
+        return trust_splits(self.validated, {"train": self.train, "val": self.val})
 
 
 @dataclass(frozen=True)
@@ -116,13 +122,14 @@ def run_study(params: Path, paths: TunePaths, *, workers: int | None = None,
               progress: bool = True, tracked: bool = True) -> study_results.StudySummary:
     """Run (or resume) the study to its budget and write best_params.yaml and tune.json."""
     setup = load_setup(params, paths)
+    trust = paths.trust()
     workers = workers or setup.tune.workers
     storage = open_storage(setup.spec, setup.tune)
     study = open_study(storage, setup.name, setup.tune)
     log.info("study %s in %s: %d trials so far, %d worker(s)", setup.name, setup.spec.display,
              len(study.get_trials(deepcopy=False)), workers)
     started = time.perf_counter()
-    with _parent_run(study, setup, tracked) as parent:
+    with _parent_run(study, setup, tracked, trust) as parent:
         worker = Worker(study, storage, ClaimLock(setup.spec, setup.name),
                         setup.inputs(paths, parent.run_id), deadline(setup.tune))
         _run_workers(worker, workers, params, paths, progress)
@@ -148,6 +155,7 @@ def join_study(params: Path, paths: TunePaths, *, worker_index: int | None = Non
                threads: int | None = None, name: str | None = None) -> int:
     """One worker on an existing study; returns the trials it ran."""
     setup = load_setup(params, paths, name)
+    paths.trust()
     torch.set_num_threads(threads or threads_for(1, setup.tune))
     storage = open_storage(setup.spec, setup.tune)
     index = os.getpid() if worker_index is None else worker_index
@@ -180,7 +188,9 @@ def _worker_args(params: Path, paths: TunePaths, name: str) -> list[str]:
     journal = paths.journal if paths.journal.is_absolute() else Path.cwd() / paths.journal
     return ["--params", str(params.resolve()), "--train", str(paths.train.resolve()),
             "--val", str(paths.val.resolve()), "--plan", str(paths.plan.resolve()),
-            "--journal", str(journal), "--study", name]
+            "--journal", str(journal), "--study", name,
+            *(["--unvalidated"] if paths.validated is None
+              else ["--validated", str(paths.validated.resolve())])]
 
 
 def _check_exits(codes: list[int], worker: Worker) -> None:
@@ -199,14 +209,15 @@ def _check_exits(codes: list[int], worker: Worker) -> None:
 
 
 @contextlib.contextmanager
-def _parent_run(study: optuna.Study, setup: Setup, tracked: bool) -> Iterator[tracking.Tracker]:
+def _parent_run(study: optuna.Study, setup: Setup, tracked: bool,
+                trust: dict[str, str]) -> Iterator[tracking.Tracker]:
     """The study's one MLflow parent run, reopened when the study resumes."""
     if not tracked:
         yield tracking.NullTracker()
         return
     tags = {TAG_STUDY: setup.name, TAG_STORAGE: setup.spec.display,
             **{f"tune.{k}": str(getattr(setup.tune, k)) for k in BUDGET_KEYS
-               if k != "storage"}}  # the URL may hold a password: TAG_STORAGE masks it
+               if k != "storage"}, **trust}  # the URL may hold a password: TAG_STORAGE masks it
     with tracking.start_run(STAGE, tags=tags,
                             resume_run_id=study.user_attrs.get(ATTR_PARENT_RUN)) as run:
         study.set_user_attr(ATTR_PARENT_RUN, run.run_id)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from leakpipe import tracking
 from leakpipe.config import load_section
-from leakpipe.files import write_json_atomic, write_text_atomic
+from leakpipe.files import file_sha256, write_json_atomic, write_text_atomic
 from leakpipe.validate import ValidationFailed
 from leakpipe.validate.split_validation import validate_splits
 from leakpipe.validate.validation_report import ValidationReport, render_html
@@ -44,8 +44,10 @@ def run_validate(splits: Mapping[str, Path], outputs: ValidateOutputs, params: P
                  progress: bool = True) -> int:
     """The whole stage; returns the exit code (a failed check raises ``ValidationFailed``)."""
     cfg = load_section(params, STAGE)
+    # hashed before the checks read them: a file changed meanwhile fails the consumers' check
+    sha256 = {split: file_sha256(path) for split, path in splits.items() if path.is_file()}
     report = validate_splits(splits, cfg, progress=progress)
-    json_path, html_path = write_outputs(report, outputs)
+    json_path, html_path = write_outputs(report, outputs, sha256)
     checksums = [info.get("checksum") or "" for info in report.splits.values()]
     tags = {tracking.TAG_DATA: ",".join(checksums)} if all(checksums) else {}
     with tracking.start_run(STAGE, tags=tags) as run:
@@ -59,8 +61,10 @@ def run_validate(splits: Mapping[str, Path], outputs: ValidateOutputs, params: P
     return 0
 
 
-def write_outputs(report: ValidationReport, outputs: ValidateOutputs) -> tuple[Path, Path]:
-    """Write the success outputs, or the failed report beside them; return (json, html)."""
+def write_outputs(report: ValidationReport, outputs: ValidateOutputs,
+                  sha256: Mapping[str, str]) -> tuple[Path, Path]:
+    """Write the success outputs (the stamp with each split file's ``sha256``), or the failed
+    report beside them; return (json, html)."""
     success = (outputs.report, outputs.html, outputs.stamp)
     failure = (failed_path(outputs.report), failed_path(outputs.html))
     stale = failure if report.passed else success
@@ -72,7 +76,7 @@ def write_outputs(report: ValidationReport, outputs: ValidateOutputs) -> tuple[P
     write_json_atomic(json_path, report.to_dict())
     write_text_atomic(html_path, render_html(report))
     if report.passed:
-        write_json_atomic(outputs.stamp, report.stamp())
+        write_json_atomic(outputs.stamp, report.stamp(sha256))
     return json_path, html_path
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import html
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -61,10 +62,12 @@ class ValidationReport:
             "checks": [c.to_dict() for c in self.checks],
         })
 
-    def stamp(self) -> dict[str, Any]:
-        """What `preload` depends on: which data passed (not how they were checked)."""
+    def stamp(self, sha256: Mapping[str, str]) -> dict[str, Any]:
+        """What `preload` depends on and the consumers check: which data passed (not how they
+        were checked), with the sha256 of each split file as it was read (``sha256``)."""
         return {"format": REPORT_FORMAT, "passed": self.passed,
-                "splits": {name: {"files": info.get("files"), "checksum": info.get("checksum")}
+                "splits": {name: {"files": info.get("files"), "checksum": info.get("checksum"),
+                                  "sha256": sha256.get(name)}
                            for name, info in self.splits.items()}}
 
     def summary_line(self, path: Path) -> str:
