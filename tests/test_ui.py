@@ -13,6 +13,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+import psutil
 import pytest
 
 from leakpipe import tracking
@@ -102,13 +103,21 @@ def test_ui_lists_the_runs_of_a_pipeline(tmp_path: Path, monkeypatch: pytest.Mon
         experiment = next(e for e in found["experiments"]
                           if e["name"] == tracking.DEFAULT_EXPERIMENT)
         runs = _post(f"{base}/runs/search", {"experiment_ids": [experiment["experiment_id"]]})
+        bound = _listening_addresses(port)
     finally:
         _stop(server)
+    assert bound and bound <= {"127.0.0.1"}, bound     # started without --host: loopback only
     listed = {r["info"]["run_id"]: r for r in runs["runs"]}
     assert set(listed) == set(run_ids.values())
     tags = {t["key"]: t["value"] for t in listed[run_ids["evaluate"]]["data"]["tags"]}
     assert tags[tracking.TAG_STAGE] == "evaluate"
     assert server.returncode is not None
+
+
+def _listening_addresses(port: int) -> set[str]:
+    """The local addresses that listen on ``port`` (every process of this machine)."""
+    return {c.laddr.ip for c in psutil.net_connections(kind="inet")
+            if c.status == psutil.CONN_LISTEN and c.laddr.port == port}
 
 
 def _port_open(port: int) -> bool:
