@@ -9,7 +9,8 @@ and streamed into the split files as they finish, so memory stays bounded by a f
 All split files are written under temporary names and renamed only when the whole build
 succeeded; unusable recordings are listed with their reason in the report. Every recording's
 channels are checked for clipping, DC offset and dead channels (``leakpipe.audio.quality``):
-a failed check in ``build.quality.reject`` makes it unusable, any other is listed as flagged.
+a failed check in ``build.quality.reject`` makes it unusable, any other is listed as flagged,
+as is a WAV that holds fewer frames than its header claims (``truncated``).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import numpy as np
 from tqdm import tqdm
 
 from leakpipe import tracking
-from leakpipe.audio.quality import Issue, check_signal
+from leakpipe.audio.quality import Issue, check_signal, truncation
 from leakpipe.config import BuildConfig, FeatureConfig, QualityConfig, load_section
 from leakpipe.constants import ALL_CLIPS, LEAK_CLASS, SPLITS
 from leakpipe.data.manifest import Recording, discover
@@ -112,7 +113,8 @@ def process_recording(job: _Job, index: int, path: Path) -> RecordingResult:
 
     try:
         audio = read_frames(path)
-        issues = tuple(check_signal(audio.data, audio.subtype, job.quality))
+        issues = (*check_signal(audio.data, audio.subtype, job.quality),
+                  *truncation(len(audio.data), audio.claimed_frames))
         rejected = [i.reason for i in issues if i.check in job.quality.reject]
         if rejected:
             return RecordingResult(index, error=f"{path}: {'; '.join(rejected)} "
@@ -170,8 +172,11 @@ def build(cfg: BuildConfig, source: Path, out_dir: Path, progress: bool = True) 
     start = time.perf_counter()
     features = cfg.features
     report = BuildReport(class_names=(), features=features.to_dict())
-    recordings, class_names = select_classes(discover(source, cfg.group_by), cfg.classes,
-                                             report)
+    found = discover(source, cfg.group_by)
+    try:
+        recordings, class_names = select_classes(found, cfg.classes, report)
+    except DataError as exc:  # about the source as a whole: name it, as file errors name theirs
+        raise DataError(f"{source}: {exc}") from None
     report.class_names = class_names
     split_of = assign_splits([r.label for r in recordings], [r.group for r in recordings],
                              (cfg.split.train, cfg.split.val, cfg.split.test), cfg.split.seed)

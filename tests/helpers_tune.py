@@ -72,9 +72,9 @@ def make_workspace(root: Path, *, tune: dict[str, Any] | None = None,
     params["tune"].update({**TUNE, **(tune or {}), "space": space or SPACE})
     cfg = from_mapping(PreloadConfig, params["preload"], "preload")
     shapes = read_shapes({s: data[s] for s in ("train", "val")})
-    plan, budget = plan_training(shapes, cfg)
+    plan, _ = plan_training(shapes, cfg)
     plan_path = root / "preload.json"
-    plan_path.write_text(json.dumps(plan.to_dict(budget, cfg, shapes)))
+    plan_path.write_text(json.dumps(plan.to_dict(cfg, shapes)))
     params_path = root / "params.yaml"
     params_path.write_text(yaml.safe_dump(params, sort_keys=False))
     paths = TunePaths(train=data["train"], val=data["val"], plan=plan_path,

@@ -274,9 +274,17 @@ def test_command_writes_the_plan(data_dir: Path, tmp_path: Path, mlflow_uri: str
     assert plan["training_splits"] == ["train", "val"]
     assert plan["allocations"]["train"]["segments"]["shape"] == [40 * 49, 1, 16, 1]
     assert set(plan["estimates"]) == {"train", "val", "test"}
-    assert plan["budget"]["host_usable"] > 0
+    measured = json.loads((tmp_path / "preload.measured.json").read_text())
+    assert measured["budget"]["host_usable"] > 0 and measured["reason"].startswith(
+        plan["placement"])
     out = capsys.readouterr().out.strip().splitlines()
     assert len(out) == 1 and out[0].startswith(f"preload: {plan['placement']}")
+
+    first = (tmp_path / "preload.json").read_bytes()
+    (tmp_path / "ballast").write_bytes(b"\0" * 2**20)          # memory moves between runs
+    assert _preload(data_dir, tmp_path, stamp=stamp) == 0
+    assert (tmp_path / "preload.json").read_bytes() == first    # train stays up to date
+    assert "budget" not in plan and "reason" not in plan
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="forcing device fits on a GPU machine")

@@ -107,9 +107,9 @@ def make_workspace(root: Path, *, files_per_class: int = 8, seed: int = 0,
     params["preload"]["mode"] = mode
     cfg = from_mapping(PreloadConfig, params["preload"], "preload")
     shapes = read_shapes(data)
-    plan, budget = plan_training(shapes, cfg)
+    plan, _ = plan_training(shapes, cfg)
     plan_path = root / "preload.json"
-    plan_path.write_text(json.dumps(plan.to_dict(budget, cfg, shapes)))
+    plan_path.write_text(json.dumps(plan.to_dict(cfg, shapes)))
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     return Workspace(root, root / "params.yaml", data, plan_path, root / "out")
 

@@ -5,13 +5,14 @@ chunks: a header that claims more data than the file holds (a recorder that died
 read up to the last whole frame with one WARNING, and if libsndfile refuses such a file outright
 the frames are decoded here from the RIFF chunks with numpy. Every unusable recording raises
 ``AudioError`` with a one-line message naming the file and the reason. ``read_frames`` keeps
-the channels and the sample format for the signal checks (``leakpipe.audio.quality``);
-``read_audio`` mixes them down.
+the channels, the sample format and a truncated file's claimed length for the checks of
+``leakpipe.audio.quality``; ``read_audio`` mixes them down.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import struct
 from dataclasses import dataclass
 from math import gcd
@@ -79,6 +80,7 @@ class Audio:
     data: np.ndarray  # (frames, channels) float32, full scale = 1
     sample_rate: int
     subtype: str      # libsndfile's sample format: PCM_16, PCM_24, PCM_32, FLOAT, ...
+    claimed_frames: int | None = None  # a truncated WAV's header frame count; None if whole
 
 
 def read_audio(path: Path) -> tuple[np.ndarray, int]:
@@ -94,6 +96,7 @@ def read_audio(path: Path) -> tuple[np.ndarray, int]:
 def read_frames(path: Path) -> Audio:
     """Read every channel of a recording (see ``read_audio``); checks the frames are usable."""
     path = Path(path)
+    _check_name(path)
     if not path.is_file():
         raise AudioError(f"{path}: no such file")
     if path.stat().st_size == 0:
@@ -111,12 +114,30 @@ def read_frames(path: Path) -> Audio:
         subtype = _subtype(layout)
         how = f"; decoded from the RIFF chunks as libsndfile refused it ({_sf_reason(exc)})"
     _check_frames(data, path)
+    claimed = None
     if layout is not None and layout.truncated:
+        claimed = layout.claimed_frames
         log.warning("%s: truncated: header claims %d frames, file holds %d; read %d%s",
-                    path, layout.claimed_frames, layout.present_frames, len(data), how)
+                    path, claimed, layout.present_frames, len(data), how)
     elif how:
         log.warning("%s: read %d frames%s", path, len(data), how)
-    return Audio(data, int(sample_rate), subtype)
+    return Audio(data, int(sample_rate), subtype, claimed)
+
+
+def _check_name(path: Path) -> None:
+    """A name that is not valid UTF-8 is an ``AudioError`` (its bytes shown as ``\\xNN``).
+
+    Linux keeps such names (Latin-1 bytes from an old Windows share or ZIP) as they are and
+    Python decodes them to lone surrogates, which libsndfile cannot be handed (soundfile encodes
+    the name strictly) and an HDF5 ``recording_id`` cannot hold, so the file is rejected by
+    name rather than crash the build.
+    """
+    name = str(path)
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        shown = os.fsencode(name).decode("utf-8", "backslashreplace")
+        raise AudioError(f"{shown}: file name is not valid UTF-8; rename the file") from None
 
 
 def _check_frames(data: np.ndarray, path: Path) -> None:

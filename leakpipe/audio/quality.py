@@ -11,6 +11,9 @@ whose samples sit at 32767 / -32768 is clipped although no value exceeds 1.
 - ``dead``: a channel is constant (all zero included).
 
 A dead channel is reported as dead only (its DC ratio and clipping say nothing more).
+
+``truncated`` is no signal check but a finding of the reader, reported the same way: a WAV
+whose header claims more frames than the file holds (``truncation``).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from leakpipe.config import QualityConfig
 CLIPPED = "clipped"
 DC_OFFSET = "dc_offset"
 DEAD = "dead"
+TRUNCATED = "truncated"  # whole file, from the reader (a flag unless in build.quality.reject)
 
 FLOAT32_STEP = 2.0**-24   # spacing of float32 just below 1: nothing finer survives decoding
 BLOCK_FRAMES = 2**20      # frames reduced at a time (bounds the temporaries of long recordings)
@@ -45,7 +49,8 @@ OTHER_FULL_SCALE = (1.0, 2.0**-15)  # lossy / other encodings: +-1 with a 16-bit
 
 @dataclass(frozen=True)
 class Issue:
-    """One finding on one channel: the check, the channel, the measured value, a reason."""
+    """One finding on one channel (-1: the whole file): the check, the channel, the measured
+    value, a reason."""
 
     check: str
     channel: int
@@ -114,3 +119,17 @@ def find_issues(stats: list[ChannelStats], cfg: QualityConfig, subtype: str) -> 
 def check_signal(data: np.ndarray, subtype: str, cfg: QualityConfig) -> list[Issue]:
     """Every issue of a decoded recording ``data`` (frames, channels) in format ``subtype``."""
     return find_issues(channel_stats(data, subtype), cfg, subtype)
+
+
+def truncation(frames: int, claimed_frames: int | None) -> list[Issue]:
+    """``truncated`` when the header claimed more frames than were read (value: share read).
+
+    The frames that are there are real recording, so the file is kept; the issue puts it in
+    the build report, where the reader's WARNING alone (from a worker process, among many
+    lines) would be lost.
+    """
+    if claimed_frames is None or claimed_frames <= frames:
+        return []
+    share = frames / claimed_frames
+    return [Issue(TRUNCATED, -1, share, f"truncated: header claims {claimed_frames} frames, "
+                                        f"read {frames} ({share:.0%})")]

@@ -142,7 +142,7 @@ class QualityConfig:
 
     clip_fraction: float = num(ge=0, le=1)
     dc_offset_max: float = num(ge=0, le=1)
-    reject: tuple[Literal["clipped", "dc_offset", "dead"], ...]
+    reject: tuple[Literal["clipped", "dc_offset", "dead", "truncated"], ...]
 
 
 @dataclass(frozen=True, kw_only=True)

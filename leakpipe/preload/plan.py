@@ -34,6 +34,7 @@ TRAIN_SPLIT = "train"
 TRAINING_SPLITS = ("train", "val")  # held together while training
 GIB = 2**30
 MIB = 2**20
+MEASURED_KEYS = ("batch_bound", "why")   # of a Candidate: they quote the free memory
 LABELS_NOTE = ("int64 labels per file (file_labels); a segment's file is segment // "
                "segments_per_file, so no per-segment labels are allocated")
 
@@ -69,8 +70,10 @@ class Plan:
     estimates: dict[str, dict[str, Any]] = field(default_factory=dict)
     allocations: dict[str, dict[str, Any]] = field(default_factory=dict)
 
-    def to_dict(self, budget: Budget, cfg: PreloadConfig,
-                shapes: Mapping[str, SplitShape]) -> dict[str, Any]:
+    def to_dict(self, cfg: PreloadConfig, shapes: Mapping[str, SplitShape]) -> dict[str, Any]:
+        """The decision (reports/preload.json, which train and tune depend on): nothing measured,
+        so the same data and params on a machine with room to spare give the same bytes and a
+        re-run of `preload` leaves training up to date."""
         return {
             "format": PLAN_FORMAT,
             "placement": self.placement, "device": self.device, "pin_memory": self.pin_memory,
@@ -79,16 +82,26 @@ class Plan:
             "batch_size": {"min": 1, "max": self.batch_size_max},
             "stream": {"buffer_chunks": self.buffer_chunks,
                        "chunk_rows": {s: shape.chunk_rows for s, shape in shapes.items()}},
-            "reason": self.reason,
             "training_splits": [s for s in TRAINING_SPLITS if s in shapes],
             "labels": LABELS_NOTE,
             "allocations": self.allocations,
-            "candidates": [c.to_dict() for c in self.candidates],
+            "candidates": [{k: v for k, v in c.to_dict().items() if k not in MEASURED_KEYS}
+                           for c in self.candidates],
             "estimates": self.estimates,
+            "params": dataclasses.asdict(cfg),
+        }
+
+    def measurement(self, budget: Budget, cfg: PreloadConfig) -> dict[str, Any]:
+        """What was measured and why the decision fell as it did (free memory changes from run
+        to run: logged and written beside the plan, never part of it)."""
+        return {
+            "format": PLAN_FORMAT,
+            "reason": self.reason,
+            "candidates": [{k: v for k, v in c.to_dict().items()
+                            if k in ("placement", *MEASURED_KEYS)} for c in self.candidates],
             "budget": {**budget.to_dict(),
                        "host_usable": budget.host_usable(cfg.safety, cfg.host_reserve_mb),
                        "device_usable": budget.device_usable(cfg.safety, cfg.device_reserve_mb)},
-            "params": dataclasses.asdict(cfg),
         }
 
 

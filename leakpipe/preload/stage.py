@@ -1,8 +1,11 @@
 """The preload stage: split shapes + measured memory -> the placement plan, one MLflow run.
 
-``run_preload`` is what `leakpipe preload` (and stages/preload.py) calls: read the split shapes
-(metadata only), check them against the validation stamp when one is given, measure the memory
-budget, choose the placement, write reports/preload.json atomically and log it.
+``run_preload`` is what `leakpipe preload` (and stages/preload.py) calls: check the splits
+against the validation stamp when one is given, read their shapes (metadata only), measure the
+memory budget, choose the placement, write the decision to reports/preload.json (what train and
+tune depend on: nothing measured in it) and the measured memory and reasons to
+reports/preload.measured.json (not a DVC output: free memory differs on every run, and a plan
+that changed with it would make training stale for nothing), and log both.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from leakpipe.preload import plan_training, read_shapes
 from leakpipe.preload.plan import human_bytes
 
 STAGE = "preload"
+MEASURED_SUFFIX = ".measured"
 log = logging.getLogger(__name__)
 
 
@@ -31,22 +35,30 @@ def run_preload(splits: Mapping[str, Path], report_path: Path, params: Path,
         require_validated(validated, splits)
     shapes = read_shapes(splits)
     plan, budget = plan_training(shapes, cfg, source=str(params))
-    report = plan.to_dict(budget, cfg, shapes)
+    report, measured = plan.to_dict(cfg, shapes), plan.measurement(budget, cfg)
+    measured_path = measurement_path(report_path)
     write_json_atomic(report_path, report)
+    write_json_atomic(measured_path, measured)
     with tracking.start_run(STAGE) as run:
         run.log_params({STAGE: report["params"]})
-        run.log_metrics(plan_metrics(report))
+        run.log_metrics(plan_metrics(report, measured))
         run.log_artifact(report_path, STAGE)
-    print(summary_line(report, report_path))
+        run.log_artifact(measured_path, STAGE)
+    print(summary_line(report, measured, report_path))
     return 0
+
+
+def measurement_path(report_path: Path) -> Path:
+    """reports/preload.json -> reports/preload.measured.json (not a DVC output)."""
+    return report_path.with_name(f"{report_path.stem}{MEASURED_SUFFIX}{report_path.suffix}")
 
 
 def _chosen(report: dict[str, Any]) -> dict[str, Any]:
     return next(c for c in report["candidates"] if c["placement"] == report["placement"])
 
 
-def plan_metrics(report: dict[str, Any]) -> dict[str, float]:
-    chosen, budget = _chosen(report), report["budget"]
+def plan_metrics(report: dict[str, Any], measured: dict[str, Any]) -> dict[str, float]:
+    chosen, budget = _chosen(report), measured["budget"]
     return {"preload/host_bytes": chosen["host_bytes"],
             "preload/device_bytes": chosen["device_bytes"],
             "preload/host_usable": budget["host_usable"],
@@ -54,9 +66,10 @@ def plan_metrics(report: dict[str, Any]) -> dict[str, float]:
             "preload/batch_size_max": report["batch_size"]["max"]}
 
 
-def summary_line(report: dict[str, Any], path: Path) -> str:
+def summary_line(report: dict[str, Any], measured: dict[str, Any], path: Path) -> str:
     chosen = _chosen(report)
     splits = " + ".join(report["training_splits"])
     return (f"preload: {report['placement']} on {report['device']} ({splits}: "
             f"{human_bytes(chosen['host_bytes'])} host, {human_bytes(chosen['device_bytes'])} "
-            f"GPU); batch size <= {report['batch_size']['max']} -> {path}")
+            f"GPU); batch size <= {report['batch_size']['max']} -> {path} (why: "
+            f"{measured['reason']})")
