@@ -50,3 +50,41 @@ def _restore_root_logging() -> Iterator[None]:
     yield
     root.handlers[:] = handlers
     root.setLevel(level)
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[str]:
+    """A real PostgreSQL server (pgserver: a self-contained build from the lock) for the
+    session, reachable only through a Unix socket in a private folder; yields its socket dir.
+
+    ``LEAKPIPE_TEST_POSTGRES_URL`` is not needed: the shared-storage tests always run.
+    """
+    import shutil
+    import tempfile
+
+    import pgserver
+
+    # Run as root, pgserver runs PostgreSQL as its own user, which must reach the data folder:
+    # pytest's temporary folders are private (0700), so the server gets one of its own.
+    root = Path(tempfile.mkdtemp(prefix="leakpipe-pg-"))
+    root.chmod(0o755)
+    server = pgserver.get_server(root / "data", cleanup_mode="stop")
+    try:
+        yield server.get_uri().split("host=", 1)[1]
+    finally:
+        server.cleanup()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def postgres_url(postgres_server: str, request: pytest.FixtureRequest) -> str:
+    """A fresh, empty database on the session's server: ``postgresql://...`` (no driver named,
+    as a user writes it)."""
+    import psycopg
+
+    name = "t_" + "".join(c if c.isalnum() else "_" for c in request.node.name.lower())[:55]
+    with psycopg.connect(dbname="postgres", user="postgres", host=postgres_server,
+                         autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
+        conn.execute(f'CREATE DATABASE "{name}"')
+    return f"postgresql://postgres@/{name}?host={postgres_server}"

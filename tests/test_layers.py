@@ -37,7 +37,7 @@ from tests.test_dvc_deps import PACKAGE, REPO, imported_names, module_file
 
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("__init__", "constants"),
-    ("errors", "paths", "logs"),
+    ("errors", "paths", "logs", "db_urls"),
     ("files", "metric_names", "config"),
     ("runtime", "allocator", "tracking", "monitor"),
     ("decision", "audio", "features"),

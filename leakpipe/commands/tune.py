@@ -4,6 +4,7 @@
     leakpipe tune --workers 2          ... with 2 local worker processes on the study
     leakpipe tune --worker             join an existing study (another machine, same storage)
     leakpipe tune apply [--dry-run]    write tuning/best_params.yaml into params.yaml
+    leakpipe tune dashboard [--port N] optuna-dashboard on the study (http://127.0.0.1:8080)
 
 Nothing changes params.yaml without `tune apply`; it prints the equivalent
 ``dvc exp run -S ...`` line as well. See docs/tuning.md.
@@ -20,16 +21,18 @@ from leakpipe.commands._common import (
     positive_int,
     validated_stamp,
 )
+from leakpipe.tune.names import DASHBOARD_HOST, DASHBOARD_PORT
 
 NAME = "tune"
 HELP = "search hyper-parameters with Optuna over the train stage's fit(); `tune apply` them"
-RUN, APPLY = "run", "apply"
+RUN, APPLY, DASHBOARD = "run", "apply", "dashboard"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("action", nargs="?", choices=(RUN, APPLY), default=RUN,
+    parser.add_argument("action", nargs="?", choices=(RUN, APPLY, DASHBOARD), default=RUN,
                         help="run (default): run / resume the study; apply: write the best "
-                             "values into the params file")
+                             "values into the params file; dashboard: optuna-dashboard on "
+                             "the study's storage")
     add_params_argument(parser)
     parser.add_argument("--train", type=Path, default=Path("data/processed/train.h5"),
                         help="train split (HDF5)")
@@ -56,11 +59,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="study name to join (default: computed from the params and data)")
     parser.add_argument("--dry-run", action="store_true",
                         help="apply: show the changes and the dvc line, change nothing")
+    parser.add_argument("--host", default=DASHBOARD_HOST,
+                        help=f"dashboard: address to bind (default: {DASHBOARD_HOST}, this "
+                             "machine only)")
+    parser.add_argument("--port", type=int, default=DASHBOARD_PORT,
+                        help=f"dashboard: port (default: {DASHBOARD_PORT})")
     add_validated_arguments(parser)
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.action == DASHBOARD:
+        from leakpipe.tune.dashboard import run_dashboard
+
+        return run_dashboard(args.params, args.journal, args.host, args.port)
     if args.action == APPLY:
         from leakpipe.tune.apply import run_apply
 

@@ -17,6 +17,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from leakpipe.db_urls import with_driver
 from leakpipe.paths import repo_root
 from leakpipe.tracking.names import (
     DEFAULT_EXPERIMENT,
@@ -34,7 +35,7 @@ def tracking_uri(root: Path | None = None) -> str:
     """``MLFLOW_TRACKING_URI`` or the project's SQLite store under ``<root>/mlruns``."""
     env = os.environ.get("MLFLOW_TRACKING_URI")
     if env:
-        return env
+        return with_driver(env)
     root = root or repo_root()
     return f"sqlite:///{root / 'mlruns' / 'mlflow.db'}"
 

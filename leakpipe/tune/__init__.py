@@ -8,6 +8,7 @@ workers.py        the worker loop, heartbeats, local worker processes, the progr
 study_results.py  counts, the best trial, tuning/best_params.yaml, metrics/tune.json
 plots.py          optimisation history, parallel coordinates, importances (MLflow artifacts)
 apply.py          `leakpipe tune apply`: best values into params.yaml, comments kept
+dashboard.py      `leakpipe tune dashboard`: optuna-dashboard on the study's storage
 driver.py         the stage (run_study) and a joining worker (join_study)
 names.py          trial / study attributes, MLflow tags, objectives: the names that must not drift
 """

@@ -5,6 +5,10 @@ Workers on other machines and later runs read what these name, so they live in o
 
 from __future__ import annotations
 
+# `leakpipe tune dashboard`: this machine only unless told otherwise.
+DASHBOARD_HOST = "127.0.0.1"
+DASHBOARD_PORT = 8080
+
 # Trial user attributes (in the Optuna storage).
 ATTR_VALUES = "values"              # the "section.key" values the trial trained with
 ATTR_RUN_ID = "mlflow_run_id"       # the trial's MLflow child run

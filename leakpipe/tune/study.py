@@ -35,6 +35,7 @@ from optuna.storages import RetryHeartbeatStaleTrialCallback as RetryStale
 from optuna.storages.journal import JournalFileBackend
 
 from leakpipe.config import DecisionConfig, ModelConfig, TrainConfig, TuneConfig
+from leakpipe.db_urls import with_driver
 from leakpipe.errors import LeakpipeError
 from leakpipe.files import file_sha256
 from leakpipe.paths import repo_root
@@ -82,7 +83,7 @@ def resolve_storage(cfg: TuneConfig, journal: Path = DEFAULT_JOURNAL) -> Storage
     """``OPTUNA_STORAGE``, else ``tune.storage``, else the journal file under the repo root."""
     url = os.environ.get(STORAGE_ENV) or cfg.storage
     if url:
-        return StorageSpec(RDB, url)
+        return StorageSpec(RDB, with_driver(url))
     path = journal if journal.is_absolute() else repo_root() / journal
     return StorageSpec(JOURNAL, str(path))
 
