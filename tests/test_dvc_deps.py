@@ -164,6 +164,19 @@ def test_only_quality_figures_are_dvc_metrics() -> None:
     assert declared and all(path.startswith("metrics/") for path in declared), declared
 
 
+def test_curves_are_drawn_point_by_point() -> None:
+    # DVC's default `linear` template smooths (loess) and joins points that share an x value:
+    # a ROC curve with AUC 1.0 was drawn as a line from (0, 0.52) to (1, 1). Curves whose x is
+    # not a step (ROC, PR, F1 over the threshold) must use `simple`, which draws every point.
+    stages = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]
+    curves = {path: props for entry in stages["evaluate"]["plots"] if isinstance(entry, dict)
+              for path, props in entry.items() if props.get("x") != "actual"}
+    assert set(curves) == {"plots/eval/roc.json", "plots/eval/pr.json",
+                           "plots/eval/threshold.json"}
+    assert {path: props.get("template") for path, props in curves.items()} == dict.fromkeys(
+        curves, "simple")
+
+
 def test_tune_depends_on_every_train_key_its_trials_use() -> None:
     # Trials take epochs and compile from `tune`; every other `train` key changes what a trial
     # measures, so tune lists exactly those (a new train key must be added to dvc.yaml).
