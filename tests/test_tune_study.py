@@ -90,9 +90,11 @@ def test_study_runs_to_budget_resumes_and_logs_one_parent_with_a_child_per_trial
     assert len(_states(ws)) == 4
 
     runs = _runs(mlflow_uri)
-    parents = [r for r in runs if r.info.run_name == "tune"]
-    children = [r for r in runs if r.info.run_name != "tune"]
+    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
     assert len(parents) == 1 and parents[0].info.status == "FINISHED"
+    assert parents[0].info.run_name.startswith("tune p")        # stage + params digest
+    assert {r.info.run_name for r in children} == {f"trial-{n}" for n in range(4)}  # kept
     assert {r.data.tags["mlflow.parentRunId"] for r in children} == {parents[0].info.run_id}
     assert sorted(int(r.data.tags[TAG_TRIAL]) for r in children) == [0, 1, 2, 3]
     states = {t.number: t.state.name for t in ws.study().get_trials()}

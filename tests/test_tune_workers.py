@@ -52,8 +52,8 @@ def test_two_workers_finish_exactly_the_budget(tmp_path, monkeypatch, storage: s
     if tracked:
         runs = MlflowClient(uri).search_runs(
             [e.experiment_id for e in MlflowClient(uri).search_experiments()])
-        parents = [r for r in runs if r.info.run_name == "tune"]
-        children = [r for r in runs if r.info.run_name != "tune"]
+        parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+        children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
         assert len(parents) == 1
         assert sorted(int(r.data.tags[TAG_TRIAL]) for r in children) == list(range(N_TRIALS))
         assert {r.data.tags["mlflow.parentRunId"] for r in children} == {

@@ -105,6 +105,18 @@ def test_train_on_validated_splits_runs_untagged(validated: tuple[Workspace, Pat
     assert ws.model.is_file()
     (run,) = _runs(uri)
     assert tracking.TAG_UNVALIDATED not in run.data.tags
+    # the splits are the run's datasets, named, with their content hash and path
+    inputs = {d.dataset.name: d for d in run.inputs.dataset_inputs}
+    assert set(inputs) == {"train", "val"}
+    for split, found in inputs.items():
+        assert found.dataset.digest == file_sha256(ws.data[split])[:12]
+        assert str(ws.data[split].resolve()) in found.dataset.source
+        assert [t.value for t in found.tags if t.key == "mlflow.data.context"] == [
+            tracking.DATASET_CONTEXT[split]]
+    # a name that says what differs, and a one-line description
+    name = run.data.tags["mlflow.runName"]
+    assert name.startswith("train p") and len(name) == len("train p") + 7
+    assert run.data.tags["mlflow.note.content"].startswith("leakpipe train")
 
 
 def test_nan_data_is_refused_and_unvalidated_it_stops_training_with_one_line(

@@ -59,7 +59,8 @@ def run_baselines(paths: BaselinePaths, params: Path) -> int:
                             str(paths.cnn_metrics), read_cnn_decisions(paths.cnn_predictions),
                             str(paths.cnn_predictions))
     write_outputs(report, metrics_path=paths.metrics, plots_dir=paths.plots_dir)
-    with tracking.start_run(STAGE, tags=trust) as parent:
+    with tracking.start_run(STAGE, tags=trust.tags) as parent:
+        trust.log_datasets(parent, splits)
         parent.log_params({STAGE: dataclasses.asdict(cfg),
                            "evaluate": {k: getattr(ev, k) for k in EVALUATE_KEYS},
                            "decision": dataclasses.asdict(decision)})

@@ -14,12 +14,16 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from leakpipe.errors import DataError
 from leakpipe.files import file_sha256
-from leakpipe.tracking.names import TAG_UNVALIDATED
+from leakpipe.tracking.names import DATASET_CONTEXT, TAG_UNVALIDATED
+
+if TYPE_CHECKING:
+    from leakpipe.tracking import Tracker
 
 log = logging.getLogger(__name__)
 
@@ -68,12 +72,27 @@ def require_validated(path: Path, splits: Mapping[str, Path]) -> dict[str, str]:
     return hashes
 
 
-def trust_splits(stamp: Path | None, splits: Mapping[str, Path]) -> dict[str, str]:
-    """Check ``splits`` against ``stamp`` (None: the expert's ``--unvalidated``, one WARNING);
-    returns the MLflow tags that record which it was."""
+@dataclass(frozen=True)
+class SplitTrust:
+    """How a stage came to trust its splits: the MLflow tags that record it and the sha256 of
+    each split file (logged as the run's datasets)."""
+
+    tags: dict[str, str]
+    sha256: dict[str, str]
+
+    def log_datasets(self, tracker: Tracker, splits: Mapping[str, Path]) -> None:
+        """Each split file as one of the run's MLflow datasets (name, content hash, path)."""
+        for split, path in splits.items():
+            tracker.log_dataset(path, split, self.sha256[split],
+                                DATASET_CONTEXT.get(split, split))
+
+
+def trust_splits(stamp: Path | None, splits: Mapping[str, Path]) -> SplitTrust:
+    """Check ``splits`` against ``stamp`` (None: the expert's ``--unvalidated``, one WARNING,
+    the files hashed all the same)."""
     if stamp is None:
         log.warning("%s: not checked against a validation stamp (--unvalidated); the run is "
                     "tagged %s", ", ".join(str(p) for p in splits.values()), TAG_UNVALIDATED)
-        return {TAG_UNVALIDATED: "true"}
-    require_validated(stamp, splits)
-    return {}
+        return SplitTrust({TAG_UNVALIDATED: "true"},
+                          {split: file_sha256(path) for split, path in splits.items()})
+    return SplitTrust({}, require_validated(stamp, splits))

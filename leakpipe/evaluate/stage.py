@@ -71,7 +71,8 @@ def run_evaluate(paths: EvaluatePaths, params: Path, *, progress: bool = True) -
     network = load_network(paths.model)
     plan = read_plan(paths.plan)
     sha = file_sha256(paths.model)
-    with tracking.start_run(STAGE, tags={tracking.TAG_MODEL_SHA256: sha, **trust}) as run:
+    with tracking.start_run(STAGE, tags={tracking.TAG_MODEL_SHA256: sha, **trust.tags}) as run:
+        trust.log_datasets(run, splits)
         run.log_params({STAGE: dataclasses.asdict(cfg), "decision": dataclasses.asdict(decision),
                         "runtime": dataclasses.asdict(rt), "model_file": str(paths.model)})
         _link_train_run(run, sha)

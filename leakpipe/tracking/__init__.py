@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from leakpipe.tracking.models import download_model, is_model_uri, log_detector
 from leakpipe.tracking.names import (
+    DATASET_CONTEXT,
     DEFAULT_EXPERIMENT,
     DETECTOR_SUFFIX,
     DVC_ENV_TAGS,
@@ -47,6 +48,7 @@ from leakpipe.tracking.runs import (
 from leakpipe.tracking.trackers import MlflowTracker, NullTracker, Tracker, flatten
 
 __all__ = [
+    "DATASET_CONTEXT",
     "DEFAULT_EXPERIMENT",
     "DETECTOR_SUFFIX",
     "DVC_ENV_TAGS",

@@ -29,6 +29,7 @@ from leakpipe.tracking.names import (
 from leakpipe.tracking.trackers import MlflowTracker
 
 log = logging.getLogger(__name__)
+GIT_SHORT = 8
 
 
 def tracking_uri(root: Path | None = None) -> str:
@@ -55,6 +56,20 @@ def run_tags(stage: str, root: Path, extra: Mapping[str, str] | None = None) -> 
         tags[TAG_GIT_COMMIT] = commit
     tags.update(extra or {})
     return tags
+
+
+def run_label(stage: str) -> str:
+    """The run name before its params are known: the stage, and the DVC experiment if any."""
+    experiment = os.environ.get("DVC_EXP_NAME")
+    return f"{stage} {experiment}" if experiment else stage
+
+
+def run_description(stage: str, tags: Mapping[str, str]) -> str:
+    """One line for the run's description: what ran, where in git / DVC."""
+    where = [f"commit {tags[TAG_GIT_COMMIT][:GIT_SHORT]}"] if TAG_GIT_COMMIT in tags else []
+    if "dvc.exp_name" in tags:
+        where.append(f"DVC experiment {tags['dvc.exp_name']}")
+    return f"leakpipe {stage}" + (f" ({', '.join(where)})" if where else "")
 
 
 def git_commit(root: Path) -> str | None:
@@ -117,13 +132,15 @@ def start_run(stage: str, *, tags: Mapping[str, str] | None = None,
     experiment = os.environ.get("MLFLOW_EXPERIMENT_NAME", DEFAULT_EXPERIMENT)
     experiment_id = _ensure_experiment(experiment, root)
     nested = nested or (parent_run_id is not None and mlflow.active_run() is not None)
+    all_tags = run_tags(stage, root, tags)
+    label = run_label(stage)
     run = mlflow.start_run(run_id=_existing_run(resume_run_id), experiment_id=experiment_id,
-                           run_name=stage, nested=nested, parent_run_id=parent_run_id,
-                           tags=run_tags(stage, root, tags), log_system_metrics=system_metrics)
+                           run_name=label, nested=nested, parent_run_id=parent_run_id,
+                           tags=all_tags, log_system_metrics=system_metrics)
     log.info("mlflow run %s (%s) in %s", run.info.run_id, stage, uri)
     status = "FAILED"  # stays so for any exception that leaves the block
     try:
-        yield MlflowTracker(run.info.run_id)
+        yield MlflowTracker(run.info.run_id, label, run_description(stage, all_tags))
         status = "FINISHED"
     except KeyboardInterrupt:
         status = "KILLED"

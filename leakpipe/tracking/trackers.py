@@ -6,11 +6,25 @@ an input example).
 
 from __future__ import annotations
 
+import hashlib
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-from leakpipe.tracking.names import MODEL_NAME
+from leakpipe.tracking.names import (
+    DATASET_DIGEST_CHARS,
+    DESCRIPTION_TAG,
+    MODEL_NAME,
+    PARAMS_DIGEST_CHARS,
+    RUN_NAME_TAG,
+)
+
+
+def params_digest(params: Mapping[str, str]) -> str:
+    """A short digest of flattened params: equal params, equal digest, in any order."""
+    text = "\n".join(f"{k}={params[k]}" for k in sorted(params))
+    return hashlib.sha256(text.encode()).hexdigest()[:PARAMS_DIGEST_CHARS]
 
 
 class Tracker(Protocol):
@@ -27,6 +41,7 @@ class Tracker(Protocol):
     def log_table(self, columns: Mapping[str, list[Any]], name: str) -> None: ...
     def log_model(self, model: Any, input_example: Any,
                   code_paths: list[Path] | None = None) -> None: ...
+    def log_dataset(self, path: Path, name: str, digest: str, context: str) -> None: ...
 
 
 class NullTracker:
@@ -59,17 +74,36 @@ class NullTracker:
                   code_paths: list[Path] | None = None) -> None:
         pass
 
+    def log_dataset(self, path: Path, name: str, digest: str, context: str) -> None:
+        pass
+
 
 class MlflowTracker:
-    """Logs into the active MLflow run."""
+    """Logs into the active MLflow run.
 
-    def __init__(self, run_id: str) -> None:
+    A run starts named after its stage (and DVC experiment, ``label``); once params are logged
+    its name gains a digest of them and its description says what it is, so twenty train runs
+    in the UI differ at a glance (a name set explicitly through ``set_tags`` is kept).
+    """
+
+    def __init__(self, run_id: str, label: str = "", description: str = "") -> None:
         self.run_id = run_id
+        self.label = label
+        self.description = description
+        self._params: dict[str, str] = {}
+        self._named = False
 
     def log_params(self, params: Mapping[str, Any]) -> None:
         import mlflow
 
-        mlflow.log_params({k: _param_value(v) for k, v in flatten(params).items()})
+        flat = {k: _param_value(v) for k, v in flatten(params).items()}
+        mlflow.log_params(flat)
+        self._params.update({k: str(v) for k, v in flat.items()})
+        if self.label and not self._named:
+            digest = params_digest(self._params)
+            mlflow.set_tags({RUN_NAME_TAG: f"{self.label} p{digest}",
+                             DESCRIPTION_TAG: f"{self.description}; params digest {digest} "
+                                              f"({len(self._params)} params)"})
 
     def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
         import mlflow
@@ -89,7 +123,21 @@ class MlflowTracker:
     def set_tags(self, tags: Mapping[str, str]) -> None:
         import mlflow
 
+        self._named = self._named or RUN_NAME_TAG in tags
         mlflow.set_tags(dict(tags))
+
+    def log_dataset(self, path: Path, name: str, digest: str, context: str) -> None:
+        """A split file as the run's MLflow dataset input (UI: "Datasets used"): its name, its
+        content hash and where it lies; nothing is uploaded."""
+        import mlflow
+        from mlflow.data.dataset_source_registry import resolve_dataset_source
+        from mlflow.data.meta_dataset import MetaDataset
+
+        with warnings.catch_warnings():   # MLflow registers its local-file source class twice
+            warnings.simplefilter("ignore", UserWarning)
+            source = resolve_dataset_source(Path(path).resolve().as_uri())
+        mlflow.log_input(MetaDataset(source, name=name, digest=digest[:DATASET_DIGEST_CHARS]),
+                         context=context)
 
     def log_figure(self, figure: Any, name: str) -> None:
         """A matplotlib figure as an image artifact (``name`` ends in .png / .svg)."""

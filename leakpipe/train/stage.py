@@ -125,13 +125,15 @@ def run_train(paths: TrainPaths, cfgs: TrainSections, *, progress: bool = True) 
 def _run_stage(paths: TrainPaths, cfgs: TrainSections, runtime: Runtime, dist: Distributed,
                stop: GracefulStop, progress: bool) -> None:
     log.info("train: runtime %s", runtime.describe())
-    trust = trust_splits(paths.validated, {"train": paths.train, "val": paths.val})
+    splits = {"train": paths.train, "val": paths.val}
+    trust = trust_splits(paths.validated, splits)
     plan = read_plan(paths.plan)
     data = prepare_training(paths.train, paths.val, plan, cfgs.train, runtime.device,
                             rank=dist.rank,
                             world_size=dist.world_size, local_world_size=dist.local_world_size)
     try:
-        with _tracker(cfgs.monitor, dist, data, trust) as tracker:
+        with _tracker(cfgs.monitor, dist, data, trust.tags) as tracker:
+            trust.log_datasets(tracker, splits)
             tracker.log_params(run_params(cfgs, plan, data, dist))
             result = _fit(paths, cfgs, runtime, dist, stop, progress, data, tracker)
             if dist.is_main:

@@ -30,7 +30,7 @@ from leakpipe.config import (
     TuneConfig,
     load_section,
 )
-from leakpipe.data.stamp import DEFAULT_STAMP, trust_splits
+from leakpipe.data.stamp import DEFAULT_STAMP, SplitTrust, trust_splits
 from leakpipe.preload.plan import read_plan
 from leakpipe.tune import plots, study_results
 from leakpipe.tune.names import ATTR_PARENT_RUN, TAG_STORAGE, TAG_STUDY
@@ -66,9 +66,12 @@ class TunePaths:
     metrics: Path = Path("metrics/tune.json")
     validated: Path | None = DEFAULT_STAMP   # the validation stamp; None: --unvalidated
 
-    def trust(self) -> dict[str, str]:
-        """Check train / val against the stamp; the MLflow tags that record how."""
-        return trust_splits(self.validated, {"train": self.train, "val": self.val})
+    def splits(self) -> dict[str, Path]:
+        return {"train": self.train, "val": self.val}
+
+    def trust(self) -> SplitTrust:
+        """Check train / val against the stamp (the tags that record how, the hashes)."""
+        return trust_splits(self.validated, self.splits())
 
 
 @dataclass(frozen=True)
@@ -129,7 +132,8 @@ def run_study(params: Path, paths: TunePaths, *, workers: int | None = None,
     log.info("study %s in %s: %d trials so far, %d worker(s)", setup.name, setup.spec.display,
              len(study.get_trials(deepcopy=False)), workers)
     started = time.perf_counter()
-    with _parent_run(study, setup, tracked, trust) as parent:
+    with _parent_run(study, setup, tracked, trust.tags) as parent:
+        trust.log_datasets(parent, paths.splits())
         worker = Worker(study, storage, ClaimLock(setup.spec, setup.name),
                         setup.inputs(paths, parent.run_id), deadline(setup.tune))
         _run_workers(worker, workers, params, paths, progress)

@@ -51,6 +51,9 @@ def run_validate(splits: Mapping[str, Path], outputs: ValidateOutputs, params: P
     checksums = [info.get("checksum") or "" for info in report.splits.values()]
     tags = {tracking.TAG_DATA: ",".join(checksums)} if all(checksums) else {}
     with tracking.start_run(STAGE, tags=tags) as run:
+        for split, digest in sha256.items():
+            run.log_dataset(splits[split], split, digest,
+                            tracking.DATASET_CONTEXT.get(split, split))
         run.log_params({STAGE: report.params})
         run.log_metrics(report_metrics(report))
         run.log_artifact(json_path, "validation")
