@@ -47,3 +47,4 @@ EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_CONFIG = 2
 EXIT_DATA = 3
+EXIT_REFUSED = 4       # `leakpipe promote`: the rule kept the champion (not an error)

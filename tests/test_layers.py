@@ -140,10 +140,12 @@ def test_an_upward_import_is_caught(tmp_path: Path, monkeypatch: pytest.MonkeyPa
         bad.unlink()
 
 
-@pytest.mark.parametrize("command", ["evaluate", "predict"])
-def test_scoring_commands_never_load_the_trainer(command: str) -> None:
-    """`leakpipe evaluate` / `predict` with every module their run() imports lazily, in a fresh
-    interpreter: nothing of leakpipe.train is loaded (nor torch's trainer parts with it)."""
+@pytest.mark.parametrize(("command", "unit"), [("evaluate", "evaluate"),
+                                               ("predict", "predict"), ("promote", "evaluate")])
+def test_scoring_commands_never_load_the_trainer(command: str, unit: str) -> None:
+    """`leakpipe evaluate` / `predict` / `promote` with every module their run() imports lazily,
+    in a fresh interpreter: nothing of leakpipe.train is loaded (nor torch's trainer parts with
+    it); ``unit`` is the package that does the command's work."""
     path = REPO / PACKAGE / "commands" / f"{command}.py"
     modules = sorted({f"{PACKAGE}.commands.{command}",
                       *(n for n in imported_names(path) if module_file(n) is not None)})
@@ -154,5 +156,4 @@ def test_scoring_commands_never_load_the_trainer(command: str) -> None:
     out = subprocess.run([sys.executable, "-c", code, *modules], capture_output=True, text=True,
                          check=True, cwd=REPO)
     assert out.stdout.strip() == "[]"
-    assert any(m == f"{PACKAGE}.{command}" or m.startswith(f"{PACKAGE}.{command}.")
-               for m in modules)
+    assert any(m == f"{PACKAGE}.{unit}" or m.startswith(f"{PACKAGE}.{unit}.") for m in modules)

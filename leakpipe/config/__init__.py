@@ -11,7 +11,8 @@ Package layout (import from ``leakpipe.config``; the submodules are an implement
 - ``data``: `synth`, `build` (with ``FeatureConfig``, ``SplitConfig``, ``QualityConfig``),
   `validate`, `preload`.
 - ``training``: `model`, `train` (with ``AugmentConfig`` and the input norms), `monitor`.
-- ``evaluation``: `evaluate`, `baselines` and the baselines' hyper-parameter grids.
+- ``evaluation``: `evaluate`, `promote` (the model registry's promotion rule), `baselines` and
+  the baselines' hyper-parameter grids.
 - ``shared``: `runtime` and `decision`, the sections several stages read, and the rules
   across sections.
 - ``tuning``: `tune`, its search space (``TuneSpace``, ``ParamSpec``) and the TUNE_* constants.
@@ -38,6 +39,7 @@ from leakpipe.config.evaluation import (
     BaselinesConfig,
     EvaluateConfig,
     LogregGrid,
+    PromoteConfig,
     RandomForestGrid,
     SvmGrid,
     XgboostGrid,
@@ -96,6 +98,7 @@ __all__ = [
     "BaselinesConfig",
     "EvaluateConfig",
     "LogregGrid",
+    "PromoteConfig",
     "RandomForestGrid",
     "SvmGrid",
     "XgboostGrid",

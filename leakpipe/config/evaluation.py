@@ -1,5 +1,6 @@
-"""Evaluation-side sections: the CNN's file-level evaluation and the MFCC baselines with
-their hyper-parameter grids (`evaluate`, `baselines`).
+"""Evaluation-side sections: the CNN's file-level evaluation, the promotion rule of the model
+registry and the MFCC baselines with their hyper-parameter grids (`evaluate`, `promote`,
+`baselines`).
 """
 
 from __future__ import annotations
@@ -10,8 +11,12 @@ from typing import Any, Literal
 
 from leakpipe.config.fields import num
 
-__all__ = ["BaselinesConfig", "EvaluateConfig", "LogregGrid", "RandomForestGrid", "SvmGrid",
-           "XgboostGrid"]
+__all__ = ["BaselinesConfig", "EvaluateConfig", "LogregGrid", "PromoteConfig", "RandomForestGrid",
+           "SvmGrid", "XgboostGrid"]
+
+# A registered model's name ends up in URIs (models:/<name>@<alias>, models:/<name>/<version>):
+# these characters would split it there.
+MODEL_NAME_FORBIDDEN = "/@:"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -26,6 +31,28 @@ class EvaluateConfig:
     seed: int = num(ge=0)
     max_batch_segments: int = num(ge=1)
     cpu_max_batch_segments: int = num(ge=1)
+    registered_model: str    # MLflow registered model the detector joins as a version; "" = none
+
+    def problems(self) -> list[tuple[str, str]]:
+        name = self.registered_model
+        if name != name.strip() or any(c in name for c in MODEL_NAME_FORBIDDEN):
+            return [("registered_model", f"must not contain {' '.join(MODEL_NAME_FORBIDDEN)} "
+                                         f"or surrounding spaces (it goes into models:/ URIs), "
+                                         f"got {name!r}")]
+        return []
+
+
+@dataclass(frozen=True, kw_only=True)
+class PromoteConfig:
+    """`promote`: when `leakpipe promote` moves the registry alias ``champion`` to the candidate.
+
+    The candidate is promoted iff the lower end of the paired bootstrap interval of
+    F1(candidate) - F1(champion) on the test split (`evaluate`'s resamples, confidence and seed)
+    is >= -``margin``: 0 asks the data to show the candidate is not worse; 0.01 tolerates a
+    loss of at most one F1 point at that confidence (docs/evaluation.md#promotion).
+    """
+
+    margin: float = num(ge=0, le=1)
 
 
 def _grid_problems(grid: Any) -> list[tuple[str, str]]:

@@ -7,7 +7,7 @@ imports the other: this module imports every section module, the loader imports 
 from __future__ import annotations
 
 from leakpipe.config.data import BuildConfig, PreloadConfig, SynthConfig, ValidateConfig
-from leakpipe.config.evaluation import BaselinesConfig, EvaluateConfig
+from leakpipe.config.evaluation import BaselinesConfig, EvaluateConfig, PromoteConfig
 from leakpipe.config.shared import DecisionConfig, RuntimeConfig
 from leakpipe.config.training import ModelConfig, MonitorConfig, TrainConfig
 from leakpipe.config.tuning import TuneConfig
@@ -26,6 +26,7 @@ SECTIONS: dict[str, type] = {
     "monitor": MonitorConfig,
     "decision": DecisionConfig,
     "evaluate": EvaluateConfig,
+    "promote": PromoteConfig,
     "baselines": BaselinesConfig,
     "tune": TuneConfig,
 }

@@ -9,7 +9,10 @@
 3. ``evaluate_detector`` scores val, chooses the operating point there, scores test;
 4. the DVC outputs (metrics, plot files, predictions, the detector file) are written atomically,
    then the same figures, the confusion / ROC / PR / threshold plots, the predictions table and
-   the detector are logged to the run.
+   the detector are logged to the run;
+5. with ``evaluate.registered_model`` set, the logged detector becomes a new version of that
+   registered model, tagged with this run, its commit and its test F1, and the alias
+   ``candidate`` moves to it: `leakpipe promote` decides whether it becomes ``champion``.
 """
 
 from __future__ import annotations
@@ -82,7 +85,11 @@ def run_evaluate(paths: EvaluatePaths, params: Path, *, progress: bool = True) -
         write_outputs(evaluation, detector, metrics_path=paths.metrics,
                       plots_dir=paths.plots_dir, predictions_path=paths.predictions,
                       detector_path=paths.detector)
-        _log_evaluation(run, evaluation, paths)
+        detector_uri = _log_evaluation(run, evaluation, paths)
+        if cfg.registered_model and detector_uri is not None:
+            _register(run, evaluation, detector_uri, cfg.registered_model,
+                      {tracking.TAG_TEST_SHA256: trust.sha256["test"],
+                       tracking.TAG_MODEL_SHA256: sha})
     print(summary_line(evaluation, paths.metrics))
     return 0
 
@@ -95,7 +102,8 @@ def _link_train_run(run: Tracker, sha: str) -> None:
     run.set_tags({tracking.TAG_TRAIN_RUN: train_run})
 
 
-def _log_evaluation(run: Tracker, evaluation: Evaluation, paths: EvaluatePaths) -> None:
+def _log_evaluation(run: Tracker, evaluation: Evaluation, paths: EvaluatePaths) -> str | None:
+    """Everything to the run; the logged detector's ``models:/`` URI (None: no MLflow run)."""
     run.set_tags(evaluation.info)
     run.log_metrics({k: v for k, v in evaluation.metrics.items() if math.isfinite(v)})
     for name, figure in evaluation_figures(evaluation).items():
@@ -107,8 +115,30 @@ def _log_evaluation(run: Tracker, evaluation: Evaluation, paths: EvaluatePaths) 
     run.log_artifact(paths.metrics, STAGE)
     for path in sorted(paths.plots_dir.glob("*.json")):
         run.log_artifact(path, f"{STAGE}/plots")
-    if run.run_id is not None:
-        run.set_tags({tracking.TAG_DETECTOR_URI: tracking.log_detector(paths.detector)})
+    if run.run_id is None:
+        return None
+    uri = tracking.log_detector(paths.detector)
+    run.set_tags({tracking.TAG_DETECTOR_URI: uri})
+    return uri
+
+
+def _register(run: Tracker, evaluation: Evaluation, uri: str, name: str,
+              tags: dict[str, str]) -> None:
+    """The logged detector ``uri`` as a new version of ``name`` with the alias ``candidate``;
+    the version is tagged with this run, its test F1 and ``tags`` (the git commit and DVC
+    experiment come from the run itself, see ``tracking.register_detector``).
+
+    Only ``candidate`` moves here: which version serves (``champion``) is `leakpipe promote`'s
+    decision, made on the test split against the current champion, never a side effect of
+    re-running an experiment.
+    """
+    version = tracking.register_detector(uri, name, {
+        **tags, tracking.TAG_EVALUATE_RUN: str(run.run_id),
+        tracking.TAG_TEST_F1: f"{evaluation.metrics['test/file_f1']:.4f}"})
+    tracking.set_alias(name, tracking.ALIAS_CANDIDATE, version)
+    run.set_tags({tracking.TAG_REGISTERED_VERSION: f"{name}/{version}"})
+    log.info("detector registered as %s version %s (alias %s)", name, version,
+             tracking.ALIAS_CANDIDATE)
 
 
 def summary_line(evaluation: Evaluation, path: Path) -> str:

@@ -11,15 +11,28 @@ via psutil / nvidia-ml-py), sampled every ``system_metrics_interval_s``.
 
 Modules: ``names`` (experiment, tag and artifact names), ``trackers`` (the ``Tracker``
 protocol, ``NullTracker``, ``MlflowTracker``), ``runs`` (the store, starting, finding and
-closing runs), ``models`` (detector files as MLflow logged models). Callers use this package's
+closing runs), ``models`` (detector files as MLflow logged models, and their versions in the
+model registry with the aliases ``candidate`` / ``champion``). Callers use this package's
 names (``tracking.start_run``); to replace a function in a test, patch it in the module that
 calls it (``leakpipe.tracking.runs.tracking_uri`` for ``start_run``), not here.
 """
 
 from __future__ import annotations
 
-from leakpipe.tracking.models import download_model, is_model_uri, log_detector
+from leakpipe.tracking.models import (
+    DetectorVersion,
+    RegistryError,
+    alias_version,
+    download_model,
+    is_model_uri,
+    log_detector,
+    register_detector,
+    set_alias,
+    set_version_tags,
+)
 from leakpipe.tracking.names import (
+    ALIAS_CANDIDATE,
+    ALIAS_CHAMPION,
     DATASET_CONTEXT,
     DEFAULT_EXPERIMENT,
     DETECTOR_SUFFIX,
@@ -28,9 +41,14 @@ from leakpipe.tracking.names import (
     SYSTEM_SAMPLES_BEFORE_LOGGING,
     TAG_DATA,
     TAG_DETECTOR_URI,
+    TAG_EVALUATE_RUN,
     TAG_GIT_COMMIT,
     TAG_MODEL_SHA256,
+    TAG_PROMOTE_RUN,
+    TAG_REGISTERED_VERSION,
     TAG_STAGE,
+    TAG_TEST_F1,
+    TAG_TEST_SHA256,
     TAG_TRAIN_RUN,
     TAG_UNVALIDATED,
 )
@@ -48,6 +66,8 @@ from leakpipe.tracking.runs import (
 from leakpipe.tracking.trackers import MlflowTracker, NullTracker, Tracker, flatten
 
 __all__ = [
+    "ALIAS_CANDIDATE",
+    "ALIAS_CHAMPION",
     "DATASET_CONTEXT",
     "DEFAULT_EXPERIMENT",
     "DETECTOR_SUFFIX",
@@ -56,14 +76,22 @@ __all__ = [
     "SYSTEM_SAMPLES_BEFORE_LOGGING",
     "TAG_DATA",
     "TAG_DETECTOR_URI",
+    "TAG_EVALUATE_RUN",
     "TAG_GIT_COMMIT",
     "TAG_MODEL_SHA256",
+    "TAG_PROMOTE_RUN",
+    "TAG_REGISTERED_VERSION",
     "TAG_STAGE",
+    "TAG_TEST_F1",
+    "TAG_TEST_SHA256",
     "TAG_TRAIN_RUN",
     "TAG_UNVALIDATED",
+    "DetectorVersion",
     "MlflowTracker",
     "NullTracker",
+    "RegistryError",
     "Tracker",
+    "alias_version",
     "artifact_root",
     "download_model",
     "end_run_by_id",
@@ -73,8 +101,11 @@ __all__ = [
     "git_commit",
     "is_model_uri",
     "log_detector",
+    "register_detector",
     "run_tags",
     "scratch_dir",
+    "set_alias",
+    "set_version_tags",
     "start_run",
     "tracking_uri",
 ]

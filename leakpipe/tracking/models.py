@@ -1,12 +1,46 @@
-"""Detector files as MLflow logged models: logging one, and fetching one back by URI."""
+"""Detector files as MLflow logged models: logging one, registering it, fetching one by URI.
+
+The registry: evaluate registers each detector it logs as a new version of one registered
+model (``register_detector``) and points the alias ``candidate`` at it; `leakpipe promote` reads
+the versions behind ``candidate`` and ``champion`` (``alias_version``) and moves ``champion``
+(``set_alias``). A version is fetched like any model: ``download_model("models:/<name>@<alias>")``
+or ``models:/<name>/<version>``.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from leakpipe.errors import DataError
-from leakpipe.tracking.names import DETECTOR_SUFFIX
+from leakpipe.errors import DataError, LeakpipeError
+from leakpipe.tracking.names import DETECTOR_SUFFIX, VERSION_SOURCE_TAGS
 from leakpipe.tracking.runs import scratch_dir, tracking_uri
+
+LOGGED_MODEL_PREFIX = "models:/"
+
+
+class RegistryError(LeakpipeError):
+    """The model registry refused a request (unknown model, store without a registry)."""
+
+
+@dataclass(frozen=True)
+class DetectorVersion:
+    """One version of a registered detector model, as an alias finds it."""
+
+    name: str
+    version: str
+    tags: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def uri(self) -> str:
+        """The version's own URI: it stays put when an alias moves on."""
+        return f"models:/{self.name}/{self.version}"
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} v{self.version}"
 
 
 def log_detector(path: Path, name: str = "detector") -> str:
@@ -25,7 +59,7 @@ def log_detector(path: Path, name: str = "detector") -> str:
         (folder / path.name).write_bytes(Path(path).read_bytes())
         mlflow.MlflowClient().log_model_artifacts(model.model_id, str(folder))
     mlflow.finalize_logged_model(model.model_id, "READY")
-    return f"models:/{model.model_id}"
+    return f"{LOGGED_MODEL_PREFIX}{model.model_id}"
 
 
 def is_model_uri(text: str) -> bool:
@@ -33,8 +67,9 @@ def is_model_uri(text: str) -> bool:
 
 
 def download_model(uri: str) -> Path:
-    """A local detector file for an MLflow URI (``models:/name/1``, ``models:/m-...``,
-    ``runs:/<id>/path``): the artifact itself, or the one detector file inside a model folder.
+    """A local detector file for an MLflow URI (``models:/<name>/<version>``,
+    ``models:/<name>@<alias>``, ``models:/m-...``, ``runs:/<id>/path``): the artifact itself,
+    or the one detector file inside a model folder.
     """
     import mlflow
     from mlflow.exceptions import MlflowException
@@ -51,3 +86,97 @@ def download_model(uri: str) -> Path:
         raise DataError(f"{uri}: expected one leakpipe detector file (*{DETECTOR_SUFFIX}) in "
                         f"the model, found {len(found)}; log it with tracking.log_detector")
     return found[0]
+
+
+# -- the model registry ---------------------------------------------------------------------------
+
+
+def _registry() -> Any:
+    import mlflow
+
+    mlflow.set_tracking_uri(tracking_uri())   # the registry lives in the tracking store
+    return mlflow.MlflowClient()
+
+
+def _logged_model_id(uri: str) -> str:
+    """``models:/m-...`` (what ``log_detector`` returns) -> the logged model's id."""
+    model_id = uri.removeprefix(LOGGED_MODEL_PREFIX)
+    if model_id == uri or not model_id or "/" in model_id or "@" in model_id:
+        raise ValueError(f"{uri}: not a logged model URI (models:/<model id>)")
+    return model_id
+
+
+def _ensure_registered_model(client: Any, name: str) -> None:
+    """Create registered model ``name`` unless it exists; two evaluate runs at once (queued
+    DVC experiments) may both try, and the second one's attempt is not an error."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        client.create_registered_model(name)
+    except MlflowException as exc:
+        if exc.error_code not in ("RESOURCE_ALREADY_EXISTS", "ALREADY_EXISTS"):
+            raise
+
+
+def register_detector(uri: str, name: str, tags: Mapping[str, str] | None = None) -> str:
+    """Register the logged detector ``uri`` (from ``log_detector``) as a new version of the
+    registered model ``name`` (created when absent); returns the version number.
+
+    The version carries ``tags`` plus the git commit, DVC experiment and unvalidated tags of
+    the run that logged the model, so a version says where it came from without its run.
+    """
+    from mlflow.exceptions import MlflowException
+
+    model_id = _logged_model_id(uri)
+    client = _registry()
+    try:
+        run_id = client.get_logged_model(model_id).source_run_id
+        source = client.get_run(run_id).data.tags if run_id else {}
+        version_tags = {k: source[k] for k in VERSION_SOURCE_TAGS if k in source}
+        _ensure_registered_model(client, name)
+        version = client.create_model_version(name, source=uri, run_id=run_id,
+                                              tags={**version_tags, **(tags or {})},
+                                              model_id=model_id)
+    except MlflowException as exc:
+        raise RegistryError(f"{name}: cannot register {uri} in the MLflow model registry "
+                            f"({exc.message})") from None
+    return str(version.version)
+
+
+def alias_version(name: str, alias: str) -> DetectorVersion | None:
+    """The version of registered model ``name`` that ``alias`` points at; None when the model
+    or the alias does not exist (yet)."""
+    from mlflow.exceptions import MlflowException
+
+    client = _registry()
+    try:
+        model = client.get_registered_model(name)
+    except MlflowException as exc:
+        if exc.error_code == "RESOURCE_DOES_NOT_EXIST":
+            return None
+        raise RegistryError(f"{name}: cannot read the MLflow model registry "
+                            f"({exc.message})") from None
+    version = (model.aliases or {}).get(alias)
+    if version is None:
+        return None
+    found = client.get_model_version(name, str(version))
+    return DetectorVersion(name=name, version=str(found.version), tags=dict(found.tags or {}))
+
+
+def set_alias(name: str, alias: str, version: str) -> None:
+    """Point ``alias`` of registered model ``name`` at ``version`` (moved if it pointed
+    elsewhere: an alias names one version at a time)."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        _registry().set_registered_model_alias(name, alias, str(version))
+    except MlflowException as exc:
+        raise RegistryError(f"{name}: cannot set alias {alias} to version {version} "
+                            f"({exc.message})") from None
+
+
+def set_version_tags(name: str, version: str, tags: Mapping[str, str]) -> None:
+    """Add ``tags`` to one version of registered model ``name``."""
+    client = _registry()
+    for key, value in tags.items():
+        client.set_model_version_tag(name, str(version), key, str(value))

@@ -19,3 +19,15 @@ DESCRIPTION_TAG = "mlflow.note.content"      # the run's description in the UI
 PARAMS_DIGEST_CHARS = 7
 DATASET_DIGEST_CHARS = 12
 DATASET_CONTEXT = {"train": "training", "val": "validation", "test": "testing"}
+
+# The model registry: evaluate registers each detector it logs as a new version of the
+# registered model named by `evaluate.registered_model` and points ALIAS_CANDIDATE at it;
+# `leakpipe promote` moves ALIAS_CHAMPION to the candidate when the rule allows it.
+ALIAS_CANDIDATE = "candidate"
+ALIAS_CHAMPION = "champion"
+TAG_EVALUATE_RUN = "leakpipe.evaluate_run_id"    # on a version: the evaluate run that made it
+TAG_TEST_F1 = "leakpipe.test_file_f1"            # on a version: its test file F1 at evaluate
+TAG_TEST_SHA256 = "leakpipe.test_sha256"         # on a version: the test split it was scored on
+TAG_PROMOTE_RUN = "leakpipe.promote_run_id"      # on a version: the promote run that crowned it
+TAG_REGISTERED_VERSION = "leakpipe.registered_version"  # on an evaluate run: "<name>/<version>"
+VERSION_SOURCE_TAGS = (TAG_GIT_COMMIT, "dvc.exp_name", "dvc.baseline_rev", TAG_UNVALIDATED)

@@ -1,0 +1,282 @@
+"""`leakpipe promote`: move the registry alias ``champion`` to ``candidate`` when the test data
+say the candidate is at least as good (docs/evaluation.md#promotion).
+
+``run_promote`` is what the command calls:
+
+1. the versions behind ``candidate`` (set by evaluate) and ``champion`` in the registered model
+   ``evaluate.registered_model``; no champion yet: the candidate becomes champion;
+2. both detectors are fetched from the registry and score the same test split (checked against
+   the validation stamp) through the scoring path evaluate uses, each at **its own** saved
+   operating point (probability mode, rule, vote fraction, threshold): what is compared is
+   what each would decide if it served;
+3. a paired bootstrap over test recordings (``evaluate.bootstrap_resamples`` / ``confidence``
+   / ``seed``, ``bootstrap.paired_f1_difference``) gives the percentile interval of
+   F1(candidate) - F1(champion); the candidate is promoted iff its lower end is >=
+   ``-promote.margin``. Pairing matters: both detectors see the same resampled recordings, so
+   the interval measures their difference, not the luck of the test set;
+4. one MLflow run ``promote`` with the figures and the decision; only then, and only on a
+   promotion, the alias ``champion`` moves. A refusal leaves both aliases as they were, prints
+   one line (interval and margin) and returns ``EXIT_REFUSED``. ``dry_run`` prints the
+   decision only: no run, no alias moved, the same exit code.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from leakpipe import tracking
+from leakpipe.allocator import retain_freed_memory
+from leakpipe.config import EvaluateConfig, PromoteConfig, load_section
+from leakpipe.constants import EXIT_OK, EXIT_REFUSED
+from leakpipe.data.stamp import trust_splits
+from leakpipe.decision.voting import file_scores
+from leakpipe.detector import Detector, load_detector
+from leakpipe.errors import ConfigError, DataError
+from leakpipe.evaluate.bootstrap import (
+    Interval,
+    f1_from_counts,
+    paired_f1_difference,
+    weighted_counts,
+)
+from leakpipe.evaluate.detector_evaluation import batch_limits, read_file_table
+from leakpipe.preload.plan import read_plan
+from leakpipe.runtime import Runtime, make_runtime
+from leakpipe.scoring.batching import BatchLimits, open_batches
+from leakpipe.scoring.score import score_batches
+from leakpipe.tracking import ALIAS_CANDIDATE, ALIAS_CHAMPION, DetectorVersion
+
+STAGE = "promote"
+TEST = "test"
+TAG_DECISION = "promote/decision"   # promoted | refused
+TAG_REASON = "promote/reason"       # the figures and the rule, one line
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PromotePaths:
+    """What the command reads: the test split, the preload plan (placement, memory margins)
+    and the validation stamp (None: --unvalidated)."""
+
+    test: Path
+    plan: Path
+    validated: Path | None
+
+
+@dataclass(frozen=True)
+class ScoringSetup:
+    """How the test split is placed and run, resolved once for both detectors."""
+
+    placement: str
+    limits: BatchLimits
+    runtime: Runtime
+    progress: bool
+
+
+@dataclass(frozen=True)
+class SplitDecisions:
+    """One detector's file decisions on the test split, in file order."""
+
+    truth: np.ndarray          # (F,) bool: LEAK
+    decision: np.ndarray       # (F,) bool: decided LEAK at the detector's own point
+    recording_id: np.ndarray   # (F,) the unit the bootstrap resamples
+
+    @property
+    def f1(self) -> float:
+        counts = weighted_counts(self.truth, self.decision, np.ones((1, len(self.truth))))
+        return float(f1_from_counts(counts)[0])
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """The candidate's test F1 and, with a champion, the champion's and the paired interval of
+    F1(candidate) - F1(champion)."""
+
+    candidate_f1: float
+    files: int
+    champion_f1: float | None = None
+    interval: Interval | None = None
+
+
+@dataclass(frozen=True)
+class Decision:
+    promote: bool
+    reason: str       # one line: the figures and the rule that decided
+
+
+# -- the rule -------------------------------------------------------------------------------------
+
+
+def decide(comparison: Comparison, margin: float, confidence: float) -> Decision:
+    """Promote iff there is no champion, or the interval's lower end is >= -``margin``."""
+    if comparison.champion_f1 is None:
+        return Decision(True, f"no {ALIAS_CHAMPION} yet; test F1 {comparison.candidate_f1:.4f} "
+                              f"on {comparison.files} files")
+    interval = comparison.interval
+    if interval is None:
+        raise ValueError("a comparison with a champion needs the interval of the difference")
+    promote = interval.low >= -margin
+    return Decision(promote, (
+        f"test F1 {comparison.candidate_f1:.4f} vs {comparison.champion_f1:.4f} on "
+        f"{comparison.files} files; F1(candidate) - F1(champion) {100 * confidence:g}% interval "
+        f"[{interval.low:+.4f}, {interval.high:+.4f}], lower end "
+        f"{'>=' if promote else '<'} -margin (promote.margin {margin:g})"))
+
+
+def compare(candidate: SplitDecisions, champion: SplitDecisions | None,
+            cfg: EvaluateConfig, test: Path) -> Comparison:
+    """The figures ``decide`` needs; the paired bootstrap resamples test recordings."""
+    files = len(candidate.truth)
+    if champion is None:
+        return Comparison(candidate.f1, files)
+    if not (np.array_equal(candidate.truth, champion.truth)
+            and np.array_equal(candidate.recording_id, champion.recording_id)):
+        raise DataError(f"{test}: the two detectors read different labels from it "
+                        "(different classes?); they cannot be compared on it")
+    interval = paired_f1_difference(
+        candidate.truth, candidate.decision, champion.decision, candidate.recording_id,
+        resamples=cfg.bootstrap_resamples, confidence=cfg.confidence, seed=cfg.seed)
+    if interval is None:
+        raise DataError(f"{test}: F1 is undefined in every bootstrap resample (no LEAK file, "
+                        "none decided LEAK); the detectors cannot be compared on it")
+    return Comparison(candidate.f1, files, champion.f1, interval)
+
+
+# -- scoring --------------------------------------------------------------------------------------
+
+
+def score_test_split(detector: Detector, path: Path, setup: ScoringSetup,
+                     desc: str) -> SplitDecisions:
+    """Score ``path`` with ``detector`` (evaluate's scoring path) and decide each file at the
+    detector's own saved operating point."""
+    table = read_file_table(path, detector)
+    runtime = setup.runtime
+    batches = open_batches(path, setup.placement, detector.model_cfg, runtime.device,
+                           setup.limits, detector.binary, detector.input_norm)
+    info = batches.info
+    scores = score_batches(detector.inference_model().to(runtime.device), batches,
+                           segments=tuple(info.segment_shape[:2]), leak_index=info.leak_label,
+                           prob_mode=detector.voting.prob_mode, runtime=runtime,
+                           progress=setup.progress, desc=desc, total=len(batches))
+    voting = detector.voting
+    file_score = file_scores(scores.seg_probs, voting.rule, voting.vote_fraction)   # (F,)
+    return SplitDecisions(table.truth, file_score >= detector.threshold,
+                          np.asarray(table.recording_id))
+
+
+def _score_version(version: DetectorVersion, alias: str, path: Path,
+                   setup: ScoringSetup) -> SplitDecisions:
+    try:
+        detector = load_detector(tracking.download_model(version.uri))
+        log.info("%s (%s): %s at threshold %g", version.label, alias, detector.voting.rule,
+                 detector.threshold)
+        return score_test_split(detector, path, setup, f"promote {alias}")
+    except DataError as exc:
+        raise DataError(f"{version.label} ({alias}): {exc}") from None
+
+
+# -- orchestration --------------------------------------------------------------------------------
+
+
+def run_promote(paths: PromotePaths, params: Path, *, dry_run: bool = False,
+                progress: bool = True) -> int:
+    """The whole command; returns 0 (promoted, or nothing to do) or ``EXIT_REFUSED``."""
+    cfg: EvaluateConfig = load_section(params, "evaluate")
+    rule: PromoteConfig = load_section(params, STAGE)
+    rt = load_section(params, "runtime")
+    name = cfg.registered_model
+    if not name:
+        raise ConfigError(f"{params}: evaluate.registered_model: empty, so evaluate registers "
+                          "no detector and there is nothing to promote")
+    candidate = tracking.alias_version(name, ALIAS_CANDIDATE)
+    if candidate is None:
+        raise tracking.RegistryError(
+            f"{name}: no version has the alias {ALIAS_CANDIDATE} in {tracking.tracking_uri()}; "
+            "run `leakpipe evaluate` (or `dvc repro evaluate`) first")
+    champion = tracking.alias_version(name, ALIAS_CHAMPION)
+    if champion is not None and champion.version == candidate.version:
+        print(f"{STAGE}: {candidate.label} is {ALIAS_CANDIDATE} and {ALIAS_CHAMPION} already; "
+              "nothing to do")
+        return EXIT_OK
+    if champion is not None and cfg.bootstrap_resamples < 1:
+        raise ConfigError(f"{params}: evaluate.bootstrap_resamples: 0; promote compares with "
+                          "the champion by a bootstrap interval and needs at least 1 resample")
+
+    trust = trust_splits(paths.validated, {TEST: paths.test})
+    plan = read_plan(paths.plan)
+    retain_freed_memory()                 # CPU inference reuses its activation buffers
+    setup = ScoringSetup(plan["placement"], batch_limits(plan, cfg),
+                         make_runtime(rt.device, rt.amp, rt.channels_last), progress)
+    scored = _score_version(candidate, ALIAS_CANDIDATE, paths.test, setup)
+    held = _score_version(champion, ALIAS_CHAMPION, paths.test, setup) if champion else None
+    comparison = compare(scored, held, cfg, paths.test)
+    decision = decide(comparison, rule.margin, cfg.confidence)
+    if not dry_run:
+        with tracking.start_run(STAGE, tags=trust.tags) as run:
+            trust.log_datasets(run, {TEST: paths.test})
+            _log(run, candidate, champion, comparison, decision, cfg, rule)
+            if decision.promote:
+                _crown(candidate, champion, run.run_id)
+    print(decision_line(candidate, champion, decision, dry_run),
+          file=sys.stdout if decision.promote else sys.stderr)
+    return EXIT_OK if decision.promote else EXIT_REFUSED
+
+
+def _crown(candidate: DetectorVersion, champion: DetectorVersion | None,
+           run_id: str | None) -> None:
+    """Move ``champion`` to the candidate, unless it moved while the detectors were scored (a
+    second promote at once): then this comparison is against the wrong champion."""
+    now = tracking.alias_version(candidate.name, ALIAS_CHAMPION)
+    if (now.version if now else None) != (champion.version if champion else None):
+        raise tracking.RegistryError(
+            f"{candidate.name}: {ALIAS_CHAMPION} moved to version "
+            f"{now.version if now else None} during the comparison; run promote again")
+    tracking.set_alias(candidate.name, ALIAS_CHAMPION, candidate.version)
+    if run_id is not None:
+        tracking.set_version_tags(candidate.name, candidate.version,
+                                  {tracking.TAG_PROMOTE_RUN: run_id})
+
+
+def _log(run: tracking.Tracker, candidate: DetectorVersion, champion: DetectorVersion | None,
+         comparison: Comparison, decision: Decision, cfg: EvaluateConfig,
+         rule: PromoteConfig) -> None:
+    run.log_params({
+        STAGE: dataclasses.asdict(rule),
+        "evaluate": {k: getattr(cfg, k) for k in ("bootstrap_resamples", "confidence", "seed",
+                                                  "registered_model")},
+        "candidate_version": candidate.version,
+        "champion_version": champion.version if champion else "none"})
+    interval = comparison.interval
+    metrics: dict[str, Any] = {
+        f"{STAGE}/candidate_file_f1": comparison.candidate_f1,
+        f"{STAGE}/test_files": comparison.files,
+        f"{STAGE}/promoted": float(decision.promote)}
+    if comparison.champion_f1 is not None and interval is not None:
+        metrics.update({f"{STAGE}/champion_file_f1": comparison.champion_f1,
+                        f"{STAGE}/file_f1_diff": comparison.candidate_f1 - comparison.champion_f1,
+                        f"{STAGE}/file_f1_diff_ci_low": interval.low,
+                        f"{STAGE}/file_f1_diff_ci_high": interval.high})
+    run.log_metrics({k: float(v) for k, v in metrics.items() if math.isfinite(float(v))})
+    run.set_tags({TAG_DECISION: "promoted" if decision.promote else "refused",
+                  TAG_REASON: decision.reason})
+
+
+def decision_line(candidate: DetectorVersion, champion: DetectorVersion | None,
+                  decision: Decision, dry_run: bool) -> str:
+    """The one line the command prints."""
+    head = f"{STAGE} (dry run)" if dry_run else STAGE
+    was = f"v{champion.version}" if champion else "none"
+    if decision.promote:
+        verb = "would become" if dry_run else "is now"
+        return (f"{head}: {candidate.label} {verb} {ALIAS_CHAMPION} (was {was}): "
+                f"{decision.reason}")
+    verb = "would be refused" if dry_run else "refused"
+    return (f"{head}: {verb}: {candidate.label} stays {ALIAS_CANDIDATE}, {ALIAS_CHAMPION} stays "
+            f"{was}: {decision.reason}")

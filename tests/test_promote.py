@@ -1,0 +1,243 @@
+"""The model registry and `leakpipe promote`, on a real SQLite MLflow store.
+
+Detectors with known outputs (``tests.helpers_detector``) score a small test split: a threshold
+of 0.99 decides nothing is a leak (F1 0), 0.5 separates the classes well. evaluate registers
+its detector as a version with the alias ``candidate``; promote moves ``champion`` by the rule
+(paired bootstrap of the F1 difference, lower end >= -margin) or refuses with exit code 4.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from leakpipe import tracking
+from leakpipe.cli import main
+from leakpipe.config import ConfigError, load_section
+from leakpipe.constants import KNOWN_CLASSES
+from leakpipe.detector import load_detector, save_detector
+from leakpipe.errors import DataError
+from leakpipe.evaluate.bootstrap import Interval
+from leakpipe.evaluate.promotion import EXIT_REFUSED, Comparison, decide
+from tests.conftest import PARAMS
+from tests.helpers_detector import (
+    copied_store,
+    known_detector,
+    leak_probs,
+    restore_logging,
+    write_plan,
+    write_prob_split,
+)
+
+NAME = load_section(PARAMS, "evaluate").registered_model
+CHAMPION_URI = f"models:/{NAME}@{tracking.ALIAS_CHAMPION}"
+SPLIT_FILES = {"val": 40, "test": 40}
+
+_keep_logging = pytest.fixture(autouse=True)(restore_logging)
+
+
+@pytest.fixture(autouse=True)
+def _one_thread() -> Iterator[None]:
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A repo-like folder (a git checkout) with network, validated val / test splits, preload
+    plan and an empty MLflow store; the working directory."""
+    monkeypatch.setenv("DVC_ROOT", str(tmp_path))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", copied_store(tmp_path / "mlruns"))
+    monkeypatch.chdir(tmp_path)
+    known_detector(tmp_path / "models" / "model.pt", binary=True)
+    rng = np.random.default_rng(0)
+    for split, n in SPLIT_FILES.items():        # two clips per recording
+        labels = np.repeat(rng.integers(0, len(KNOWN_CLASSES), n // 2), 2)
+        write_prob_split(tmp_path / "data" / "processed" / f"{split}.h5",
+                         leak_probs(rng, labels, KNOWN_CLASSES, spread=0.15), labels,
+                         split=split, recording_ids=[f"{split}-r{i // 2}" for i in range(n)])
+    write_plan(tmp_path / "reports" / "preload.json")
+    assert main(["validate", "--params", str(PARAMS), "--splits", "val", "test",
+                 "--no-progress"]) == 0
+    return tmp_path
+
+
+def _git_commit(root: Path) -> str:
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=root, check=True, capture_output=True,
+                              text=True).stdout.strip()
+
+    git("init", "-q")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty", "-m", "t")
+    return git("rev-parse", "HEAD")
+
+
+def _promote(*args: str) -> int:
+    return main(["promote", "--params", str(PARAMS), "--no-progress", *args])
+
+
+def _alias(alias: str) -> str | None:
+    found = tracking.alias_version(NAME, alias)
+    return found.version if found else None
+
+
+def _register_candidate(path: Path) -> str:
+    """What evaluate does with a detector file: log it, register a version, alias candidate."""
+    with tracking.start_run("evaluate") as run:
+        uri = tracking.log_detector(path)
+        version = tracking.register_detector(uri, NAME, {tracking.TAG_EVALUATE_RUN: run.run_id})
+    tracking.set_alias(NAME, tracking.ALIAS_CANDIDATE, version)
+    return version
+
+
+def _promote_runs() -> list:
+    import mlflow
+
+    return mlflow.search_runs(search_all_experiments=True, output_format="list",
+                              filter_string=f"tags.`{tracking.TAG_STAGE}` = 'promote'",
+                              order_by=["attributes.start_time DESC"])
+
+
+# -- the rule, alone ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("low", "margin", "promote"), [
+    (0.0, 0.0, True),       # decision-identical detectors: a difference of exactly 0
+    (0.01, 0.0, True),      # shown better
+    (-0.01, 0.0, False),    # could be worse: refused at margin 0
+    (-0.01, 0.02, True),    # ... tolerated within the margin
+    (-0.03, 0.02, False),
+])
+def test_the_rule_compares_the_lower_end_with_the_margin(low: float, margin: float,
+                                                         promote: bool) -> None:
+    comparison = Comparison(0.9, 40, 0.9, Interval(low, low + 0.05))
+    decision = decide(comparison, margin, 0.95)
+    assert decision.promote is promote
+    assert "95% interval" in decision.reason and f"promote.margin {margin:g}" in decision.reason
+    assert decide(Comparison(0.4, 40), margin, 0.95).promote       # no champion yet
+
+
+def test_registry_params_are_checked(tmp_path: Path) -> None:
+    raw = yaml.safe_load(PARAMS.read_text())
+    for section, key, value, message in [
+            ("evaluate", "registered_model", "a/b", "evaluate.registered_model: must not"),
+            ("promote", "margin", -0.1, "promote.margin: must be >= 0"),
+            ("promote", "bogus", 1, "promote.bogus: unknown key")]:
+        bad = json.loads(json.dumps(raw))
+        bad[section][key] = value
+        path = tmp_path / "params.yaml"
+        path.write_text(yaml.safe_dump(bad))
+        with pytest.raises(ConfigError, match=message):
+            load_section(path, section)
+        assert main(["check", "--params", str(path), "--stamp",
+                     str(tmp_path / "stamp.json")]) == 2      # the `check` stage stops on it
+
+
+# -- evaluate registers, promote crowns -----------------------------------------------------------
+
+
+def test_evaluate_registers_a_candidate_and_the_first_promote_crowns_it(
+        project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import mlflow
+
+    commit = _git_commit(project)
+    assert main(["evaluate", "--params", str(PARAMS), "--no-progress"]) == 0
+    (run,) = mlflow.search_runs(search_all_experiments=True, output_format="list",
+                                filter_string=f"tags.`{tracking.TAG_STAGE}` = 'evaluate'")
+    candidate = tracking.alias_version(NAME, tracking.ALIAS_CANDIDATE)
+    assert candidate is not None and candidate.version == "1"
+    assert run.data.tags[tracking.TAG_REGISTERED_VERSION] == f"{NAME}/1"
+    f1 = json.loads((project / "metrics" / "eval.json").read_text())["test"]["file_f1"]
+    assert candidate.tags[tracking.TAG_EVALUATE_RUN] == run.info.run_id
+    assert candidate.tags[tracking.TAG_GIT_COMMIT] == commit
+    assert float(candidate.tags[tracking.TAG_TEST_F1]) == pytest.approx(f1, abs=1e-4)
+    assert tracking.TAG_TEST_SHA256 in candidate.tags
+    capsys.readouterr()
+
+    assert _promote("--dry-run") == 0                    # the decision only
+    assert "promote (dry run): " + f"{NAME} v1 would become champion" in capsys.readouterr().out
+    assert _alias(tracking.ALIAS_CHAMPION) is None and _promote_runs() == []
+
+    assert _promote() == 0                               # no champion yet: crowned
+    assert "v1 is now champion (was none): no champion yet" in capsys.readouterr().out
+    assert _alias(tracking.ALIAS_CHAMPION) == "1"
+    (promote_run,) = _promote_runs()
+    assert promote_run.data.tags["promote/decision"] == "promoted"
+    assert promote_run.data.metrics["promote/candidate_file_f1"] == pytest.approx(f1)
+    champion = tracking.alias_version(NAME, tracking.ALIAS_CHAMPION)
+    assert champion is not None
+    assert champion.tags[tracking.TAG_PROMOTE_RUN] == promote_run.info.run_id
+
+    assert _promote() == 0                               # candidate is champion already
+    assert "nothing to do" in capsys.readouterr().out
+    assert len(_promote_runs()) == 1
+
+
+def test_promote_refuses_a_worse_candidate_and_crowns_a_better_or_equal_one(
+        project: Path, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    blind = known_detector(project / "v1" / "detector.pt", threshold=0.99)   # nothing is a leak
+    good = known_detector(project / "v2" / "detector.pt", threshold=0.5)
+    assert _register_candidate(blind) == "1" and _promote() == 0
+    assert _alias(tracking.ALIAS_CHAMPION) == "1"
+
+    assert _register_candidate(good) == "2"              # better: promoted
+    capsys.readouterr()
+    assert _promote() == 0
+    out = capsys.readouterr().out
+    assert f"{NAME} v2 is now champion (was v1)" in out and "lower end >= -margin" in out
+    better = _promote_runs()[0].data.metrics
+    assert better["promote/file_f1_diff_ci_low"] > 0
+    assert better["promote/champion_file_f1"] == 0.0
+
+    assert _register_candidate(blind) == "3"             # worse: refused, aliases kept
+    capsys.readouterr()
+    assert _promote("--dry-run") == EXIT_REFUSED
+    assert "promote (dry run): would be refused" in capsys.readouterr().err
+    assert _promote() == EXIT_REFUSED
+    (line,) = [x for x in capsys.readouterr().err.splitlines() if x.startswith("promote")]
+    assert line.startswith(f"promote: refused: {NAME} v3 stays candidate, champion stays v2: ")
+    assert "95% interval [-" in line and "lower end < -margin (promote.margin 0)" in line
+    assert (_alias(tracking.ALIAS_CHAMPION), _alias(tracking.ALIAS_CANDIDATE)) == ("2", "3")
+    refused = _promote_runs()[0]
+    assert refused.data.tags["promote/decision"] == "refused"
+    assert refused.data.metrics["promote/file_f1_diff_ci_high"] < 0
+    assert refused.data.metrics["promote/promoted"] == 0.0
+
+    lenient = tmp_path / "lenient.yaml"                  # the margin is the one read
+    raw = yaml.safe_load(PARAMS.read_text())
+    raw["promote"]["margin"] = 1.0
+    lenient.write_text(yaml.safe_dump(raw))
+    assert main(["promote", "--params", str(lenient), "--dry-run", "--no-progress"]) == 0
+    assert _alias(tracking.ALIAS_CHAMPION) == "2"
+
+    detector = load_detector(good)                       # equal decisions, a marked file
+    equal = project / "v4" / "detector.pt"
+    equal.parent.mkdir()
+    save_detector(equal, dataclasses.replace(detector, metrics={"marker": 4.0}))
+    assert _register_candidate(equal) == "4"
+    assert _promote() == 0
+    assert _alias(tracking.ALIAS_CHAMPION) == "4"
+    assert _promote_runs()[0].data.metrics["promote/file_f1_diff_ci_low"] == 0.0
+
+    served = load_detector(tracking.download_model(CHAMPION_URI))
+    assert served.metrics == {"marker": 4.0} and served.threshold == 0.5
+    assert load_detector(tracking.download_model(f"models:/{NAME}/3")).threshold == 0.99
+
+
+def test_promote_without_a_candidate_says_so(project: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    assert _promote() == 1
+    err = capsys.readouterr().err
+    assert f"{NAME}: no version has the alias candidate" in err and "leakpipe evaluate" in err
+    with pytest.raises(DataError, match="cannot be loaded from MLflow"):
+        tracking.download_model(CHAMPION_URI)
