@@ -1,4 +1,5 @@
-"""Build throughput: recordings per second with 1 and 2 workers vs a naive per-file loop.
+"""Build throughput: recordings per second with 1 and 2 workers vs a naive per-file loop; and
+the peak memory of one long recording in build's per-recording path and in predict.
 
 Imports happen before timing; the 2-worker figure includes starting the process pool (each
 worker imports numpy / scipy once, ~2 s), so it pays off from a few thousand recordings on.
@@ -7,20 +8,37 @@ long segment and every short segment compute an STFT frame and its mel in Python
 runs process the same synthetic recordings in one invocation, so the ratios are comparable on a
 shared, noisy machine.
 
+Long recordings (``--part long``): 48 kHz stereo int16 WAVs of ``--long-minutes`` minutes (2 h
+= 1.4 GB) are generated in a temporary folder; each is processed in a fresh subprocess, which
+reports its peak RSS (VmHWM: the whole process, imports included) and its peak RSS after the
+imports, for ``build`` (``process_recording``: read, signal checks, 2 clips, features),
+``predict_prepare`` (``prepare``: every clip's features, part by part, as `leakpipe predict`
+walks a file) and ``predict`` (the whole command path with a random-weight detector of the
+params' model: prepare, scoring, the CSV row). ``--baseline DIR`` measures an older leakpipe
+the same way (``git archive <commit> leakpipe | tar -x -C DIR``), for a before / after.
+
     python benchmarks/bench_build.py [--recordings 2000] [--out benchmarks/results/build.json]
+    python benchmarks/bench_build.py --part long [--long-minutes 10 60 120] [--baseline DIR]
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import dataclasses
+import inspect
 import json
+import os
+import platform
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 import soundfile as sf
+import yaml
 from scipy.signal import get_window, resample_poly
 
 import leakpipe.audio.io  # noqa: F401  (imported up front: scipy.signal costs ~1.5 s once)
@@ -68,15 +86,163 @@ def time_naive(cfg: BuildConfig, source: Path) -> tuple[float, int]:
     return time.perf_counter() - start, len(recordings)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--recordings", type=int, default=2000,
-                        help="approximate number of synthetic recordings")
-    parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "build.json")
-    args = parser.parse_args()
+def write_long_wav(path: Path, minutes: float, rate: int = 48000, channels: int = 2) -> None:
+    """Noise plus a tone per channel as int16 WAV, written a minute at a time."""
+    rng = np.random.default_rng(0)
+    t = np.arange(60 * rate) / rate
+    tones = 0.1 * np.sin(2 * np.pi * np.array([440.0, 1000.0])[:channels] * t[:, None])
+    with sf.SoundFile(path, "w", rate, channels, "PCM_16", format="WAV") as f:
+        left = int(round(minutes * 60 * rate))
+        while left > 0:
+            block = tones + 0.1 * rng.standard_normal((len(t), channels))  # (frames, channels)
+            f.write(block[:left].astype(np.float32))
+            left -= len(block)
+
+
+def _rss_mib() -> float:
+    """This process's peak RSS so far: VmHWM (Linux). Not ru_maxrss, which a child started by
+    fork + exec inherits from its parent (here: the one that wrote the recordings)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024  # kB
+    raise RuntimeError("no VmHWM in /proc/self/status (Linux only)")
+
+
+def _random_detector(features: object, params: Path, limits: dict[str, float]) -> object:
+    """A detector with random weights of the params' model on ``features`` (scores are noise;
+    the memory and the work are those of a trained one), with predict's batch ``limits``."""
+    import torch
+
+    from leakpipe.constants import BINARY_CLASSES, KNOWN_CLASSES
+    from leakpipe.decision.voting import VotingConfig
+    from leakpipe.detector import Detector
+    from leakpipe.model import create_model
+    from leakpipe.scoring.batching import BatchLimits
+
+    torch.manual_seed(0)
+    model_cfg = load_section(params, "model")
+    return Detector(model=create_model(model_cfg, len(BINARY_CLASSES)).eval(),
+                    model_cfg=model_cfg, class_names=BINARY_CLASSES,
+                    data_class_names=KNOWN_CLASSES, binary=True, features=features,
+                    voting=VotingConfig(prob_mode="blend", rule="long_vote"), threshold=0.5,
+                    metrics={}, input_norm="none", batch_limits=BatchLimits(**limits),
+                    min_clip_fraction=load_section(params, "build").min_clip_fraction)
+
+
+def batch_limits(params: Path) -> dict[str, float]:
+    """What ``leakpipe.predict.scoring_rules`` takes from params for a detector without its own
+    rules (read here, so that a child running an older leakpipe need not parse today's
+    `evaluate` and `preload` sections)."""
+    evaluate, preload = load_section(params, "evaluate"), load_section(params, "preload")
+    return {"max_segments": evaluate.max_batch_segments,
+            "cpu_max_segments": evaluate.cpu_max_batch_segments, "safety": preload.safety,
+            "host_reserve_mb": preload.host_reserve_mb,
+            "device_reserve_mb": preload.device_reserve_mb}
+
+
+def child(kind: str, path: Path, params: Path, limits: dict[str, float]) -> dict[str, float]:
+    """One measurement in this (fresh) process; prints nothing, returns the figures."""
+    cfg = load_section(params, "build")
+    if kind == "build":
+        from leakpipe.build import _Job, process_recording
+
+        job = _Job(cfg.features, cfg.clips_per_recording, cfg.min_clip_fraction, False,
+                   cfg.quality)
+        imports = _rss_mib()
+        start = time.perf_counter()
+        result = process_recording(job, 0, path)
+        assert result.error is None, result.error
+        clips = len(result.mel)
+    else:
+        from leakpipe.allocator import retain_freed_memory
+        from leakpipe.predict import predict, prepare
+        from leakpipe.runtime import make_runtime
+
+        retain_freed_memory()  # as `leakpipe predict` does: freed buffers stay for reuse
+        detector = _random_detector(cfg.features, params, limits)
+        imports = _rss_mib()
+        start = time.perf_counter()
+        if kind == "predict_prepare":
+            f = cfg.features
+            max_clips = max(1, int(limits["cpu_max_segments"]) // (f.n_long * f.n_short))
+            parts = (prepare(path, detector, cfg.min_clip_fraction, max_clips)
+                     if "max_clips" in inspect.signature(prepare).parameters   # a baseline:
+                     else [prepare(path, detector, cfg.min_clip_fraction)])    # all at once
+            clips = sum(len(part.mel) for part in parts)
+        else:
+            from leakpipe.predict import scoring_rules
+
+            out = path.with_suffix(".csv")
+            predict([path], detector, out, runtime=make_runtime("cpu", "auto"),
+                    rules=scoring_rules(detector, params), progress=False)
+            csv.field_size_limit(sys.maxsize)  # the timeline is a field of 190 KB per hour
+            with out.open(newline="") as handle:
+                [row] = csv.DictReader(handle)
+            assert row["status"] == "ok", row["notes"]
+            clips = int(row["n_long"]) // cfg.features.n_long
+    return {"import_rss_mib": round(imports, 1), "peak_rss_mib": round(_rss_mib(), 1),
+            "above_imports_mib": round(_rss_mib() - imports, 1),
+            "seconds": round(time.perf_counter() - start, 1), "clips": clips}
+
+
+def measure(kind: str, path: Path, params: Path, code: Path) -> dict[str, float]:
+    """``child`` in a fresh interpreter importing leakpipe from ``code``."""
+    env = {**os.environ, "PYTHONPATH": str(code)}
+    limits = json.dumps(batch_limits(REPO / "params.yaml"))
+    run = subprocess.run([sys.executable, __file__, "--child", kind, str(path), str(params),
+                          limits], env=env, capture_output=True, text=True, check=False)
+    if run.returncode != 0:
+        raise RuntimeError(f"{kind} on {path.name} failed:\n{run.stderr[-2000:]}")
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+def machine() -> dict[str, object]:
+    cpu = next((line.split(":", 1)[1].strip() for line in
+                Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name")),
+               platform.processor())
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return {"cpu": cpu, "logical_cores": os.cpu_count(), "memory_gib": round(memory, 1),
+            "system": f"{platform.system()} {platform.release()}",
+            "python": platform.python_version(), "numpy": np.__version__,
+            "soundfile_libsndfile": sf.__libsndfile_version__}
+
+
+def bench_long(minutes: list[float], kinds: list[str], baseline: Path | None, label: str,
+               out: Path) -> None:
+    """Peak RSS per length and path -> ``out``, and a table on stdout."""
+    runs = {"after": REPO, **({"before": baseline} if baseline else {})}
+    rows: dict[str, list[dict[str, object]]] = {name: [] for name in runs}
+    with tempfile.TemporaryDirectory() as tmp:
+        params = Path(tmp) / "params.yaml"  # only what the children read: a baseline knows it
+        everything = yaml.safe_load((REPO / "params.yaml").read_text())
+        params.write_text(yaml.safe_dump({k: everything[k] for k in PARAMS_READ}))
+        for length in minutes:
+            path = Path(tmp) / f"{length:g}min.wav"
+            write_long_wav(path, length)
+            size = path.stat().st_size / 2**20
+            for name, code in runs.items():
+                for kind in kinds:
+                    row = {"path": kind, "minutes": length, "file_mib": round(size, 1),
+                           **measure(kind, path, params, code)}
+                    rows[name].append(row)
+                    print(f"{name:<7}{kind:<17}{length:>6g} min{size:>8.0f} MiB file"
+                          f"{row['peak_rss_mib']:>9.0f} MiB peak{row['above_imports_mib']:>8.0f} "
+                          f"MiB above imports{row['seconds']:>8.1f} s", flush=True)
+            path.unlink()
+    summary = {"machine": machine(),
+               "recording": "48 kHz stereo PCM_16 WAV (noise + tones), params.yaml build "
+                            "features (8192 Hz, 3 s clips), clips_per_recording 2 for build",
+               "measured": "peak RSS (VmHWM) of a fresh process per row, imports included; "
+                           "import_rss_mib: the peak after the imports, before the work",
+               **({"before_is": label} if baseline else {}), **rows}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(summary, indent=2) + "\n")
+
+
+def bench_throughput(recordings: int, out: Path) -> None:
     synth = load_section(REPO / "params.yaml", "synth")
     cfg = load_section(REPO / "params.yaml", "build")
-    per_site = max(1, args.recordings // (synth.n_sites * len(synth.classes)))
+    per_site = max(1, recordings // (synth.n_sites * len(synth.classes)))
     synth = dataclasses.replace(synth, recordings_per_class=per_site, scale=1.0)
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -93,11 +259,41 @@ def main() -> None:
     base = results["naive_loop"]
     summary = {"recordings": n, "recordings_per_s": {k: round(v, 2) for k, v in results.items()},
                "speedup_vs_naive": {k: round(v / base, 2) for k, v in results.items()}}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(summary, indent=2) + "\n")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(summary, indent=2) + "\n")
     print(f"{'method':<22}{'rec/s':>10}{'x naive':>10}")
     for name, rate in results.items():
         print(f"{name:<22}{rate:>10.1f}{rate / base:>10.1f}")
+
+
+LONG_KINDS = ["build", "predict_prepare", "predict"]
+PARAMS_READ = ("build", "model")  # the sections the children load
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--part", choices=["all", "throughput", "long"], default="all")
+    parser.add_argument("--recordings", type=int, default=2000,
+                        help="approximate number of synthetic recordings")
+    parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "build.json")
+    parser.add_argument("--long-minutes", type=float, nargs="+", default=[10, 60, 120])
+    parser.add_argument("--long-kinds", nargs="+", choices=LONG_KINDS, default=LONG_KINDS)
+    parser.add_argument("--long-out", type=Path,
+                        default=REPO / "benchmarks" / "results" / "long_recordings.json")
+    parser.add_argument("--baseline", type=Path, help="an older leakpipe to measure as well")
+    parser.add_argument("--baseline-label", help="what the baseline is (default: its path)")
+    parser.add_argument("--child", nargs=4, metavar=("KIND", "PATH", "PARAMS", "LIMITS"),
+                        help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        kind, path, params, limits = args.child
+        print(json.dumps(child(kind, Path(path), Path(params), json.loads(limits))))
+        return
+    if args.part in ("all", "throughput"):
+        bench_throughput(args.recordings, args.out)
+    if args.part in ("all", "long"):
+        bench_long(args.long_minutes, args.long_kinds, args.baseline,
+                   args.baseline_label or str(args.baseline), args.long_out)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,9 @@ run, then the JSON report (or, when unusable recordings stop the build, ``<repor
 with the full list).
 
 Recordings are processed in a process pool (in manifest order, so the output is deterministic)
-and streamed into the split files as they finish, so memory stays bounded by a few recordings.
+and streamed into the split files as they finish; each is decoded block by block
+(``leakpipe.audio.io.stream_clips``), so memory stays bounded by a few blocks and clips per
+worker, however long the recordings.
 All split files are written under temporary names and renamed only when the whole build
 succeeded; unusable recordings are listed with their reason in the report. Every recording's
 channels are checked for clipping, DC offset and dead channels (``leakpipe.audio.quality``):
@@ -31,7 +33,7 @@ import numpy as np
 from tqdm import tqdm
 
 from leakpipe import tracking
-from leakpipe.audio.quality import Issue, check_signal, truncation
+from leakpipe.audio.quality import Issue, SignalStats, find_issues, truncation
 from leakpipe.config import BuildConfig, FeatureConfig, QualityConfig, load_section
 from leakpipe.constants import ALL_CLIPS, LEAK_CLASS, SPLITS
 from leakpipe.data.manifest import Recording, discover
@@ -107,20 +109,30 @@ class _Job:
 
 
 def process_recording(job: _Job, index: int, path: Path) -> RecordingResult:
-    """Load, check, clip, segment and log-mel one recording; errors become a reason string."""
-    from leakpipe.audio.io import AudioError, cut_clips, read_frames, to_mono
+    """Load, check, clip, segment and log-mel one recording; errors become a reason string.
+
+    The recording is decoded once, block by block: each block goes through the signal checks
+    and gives up the frames of the clips that lie in it, so memory does not grow with its
+    length. The order of the verdicts is that of a whole-file read: unreadable or non-finite
+    audio first, then the checks in ``build.quality.reject``, then too short for a clip.
+    """
+    from leakpipe.audio.io import AudioError, open_audio, plan_clips, read_clips
     from leakpipe.features.mel import clip_features
 
     try:
-        audio = read_frames(path)
-        issues = (*check_signal(audio.data, audio.subtype, job.quality),
-                  *truncation(len(audio.data), audio.claimed_frames))
+        source = open_audio(path)
+        signal = SignalStats(source.channels, source.subtype)
+        plan = plan_clips(source.frames, source.sample_rate, job.features, job.n_clips,
+                          job.min_fraction)
+        clips = read_clips(source, plan, signal.add)  # (clips, clip_samples)
+        issues = (*find_issues(signal.stats(), job.quality, source.subtype),
+                  *truncation(source.frames, source.claimed_frames))
         rejected = [i.reason for i in issues if i.check in job.quality.reject]
         if rejected:
             return RecordingResult(index, error=f"{path}: {'; '.join(rejected)} "
                                                 "(build.quality.reject)", issues=issues)
-        clips = cut_clips(to_mono(audio.data, path), audio.sample_rate, path, job.features,
-                          job.n_clips, job.min_fraction)
+        if plan.short:
+            raise plan.too_short(path)
     except AudioError as exc:
         return RecordingResult(index, error=str(exc))
     except OSError as exc:

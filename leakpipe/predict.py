@@ -15,7 +15,10 @@ MLflow model URI), its scoring rules, ``predict``, one summary line.
 
 Recordings are scored in batches of many recordings up to a segment budget sized from free
 memory; rows are appended (and flushed) after every batch, so ``resume`` continues an
-interrupted run by skipping the recordings already in the output.
+interrupted run by skipping the recordings already in the output. A recording is decoded block
+by block and turned into features a batch's worth of clips at a time (``prepare``), so a long
+one is scored in parts and only its probabilities are kept until its row is written: memory
+does not grow with its length beyond those (clips x long x short float32 values).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import csv
 import dataclasses
 import logging
 import math
+import sys
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -36,7 +40,7 @@ from tqdm import tqdm
 
 from leakpipe import tracking
 from leakpipe.allocator import retain_freed_memory
-from leakpipe.audio.io import AudioError, make_clips, read_audio, resample
+from leakpipe.audio.io import AudioError, open_audio, plan_clips, resampled_length, stream_clips
 from leakpipe.config import load_section
 from leakpipe.constants import AUDIO_SUFFIXES, DECISION_NAMES
 from leakpipe.decision.voting import file_scores, long_segment_probs
@@ -59,13 +63,15 @@ DECIMALS = 4               # probabilities and times in the CSV
 
 @dataclass(frozen=True)
 class Prepared:
-    """One readable recording, cut and turned into features."""
+    """Consecutive clips of one readable recording, turned into features: all of its clips, or
+    one part of them (``last``: the final part; then the row can be written)."""
 
     path: Path
     mel: np.ndarray         # (clips, n_long, n_short, n_mels, n_frames) float32
     starts_s: np.ndarray    # (clips,) clip start in seconds
-    duration_s: float
+    duration_s: float       # of the whole recording
     notes: str = ""
+    last: bool = True
 
     @property
     def segments(self) -> int:
@@ -128,29 +134,42 @@ def find_recordings(paths: Iterable[Path]) -> list[Path]:
     return list(dict.fromkeys(found))
 
 
-def prepare(path: Path, detector: Detector, min_fraction: float) -> Prepared:
-    """Read, resample, cover with clips and compute features; raises ``AudioError``."""
+def prepare(path: Path, detector: Detector, min_fraction: float,
+            max_clips: int) -> Iterator[Prepared]:
+    """Read, resample, cover with clips and compute features, ``max_clips`` clips at a time.
+
+    The clips are evenly spaced from start to end, as many as cover the recording (one
+    zero-padded clip if it is shorter than one). The recording is decoded block by block, so a
+    long one comes in parts; the last part only once the whole file has been read and checked.
+    Raises ``AudioError``, possibly after some parts (the caller drops them).
+    """
     f = detector.features
-    x, rate = read_audio(path)
-    x = resample(x, rate, f.sample_rate)                             # (n,)
-    n_clips = max(1, math.ceil(len(x) / f.clip_samples))
-    try:
-        clips = make_clips(x, f.clip_samples, n_clips, min_fraction)  # (clips, clip_samples)
-    except AudioError as exc:
-        raise AudioError(f"{path}: {exc}") from None
-    # the clip starts make_clips uses: evenly spaced from 0 to n - clip_samples
-    starts = np.round(np.linspace(0, max(0, len(x) - f.clip_samples), n_clips))
-    duration = len(x) / f.sample_rate
+    source = open_audio(path)
+    n = resampled_length(source.frames, source.sample_rate, f.sample_rate)
+    plan = plan_clips(source.frames, source.sample_rate, f, max(1, math.ceil(n / f.clip_samples)),
+                      min_fraction)
+    duration = n / f.sample_rate
     notes = (f"shorter than one {f.clip_s:g} s clip ({duration:.3f} s): zero-padded"
-             if len(x) < f.clip_samples else "")
-    return Prepared(path, clip_features(clips, f), starts / f.sample_rate, duration, notes)
+             if n < f.clip_samples else "")
+    starts_s = plan.starts / f.sample_rate                          # (clips,)
+    clips: list[np.ndarray] = []
+    done = 0
+    for clip in stream_clips(source, plan):
+        clips.append(clip)
+        if len(clips) == max_clips and done + len(clips) < plan.n_clips:
+            yield Prepared(path, clip_features(np.stack(clips), f),
+                           starts_s[done:done + len(clips)], duration, notes, last=False)
+            done, clips = done + len(clips), []
+    if plan.short:
+        raise AudioError(f"{path}: {plan.short}")
+    yield Prepared(path, clip_features(np.stack(clips), f), starts_s[done:], duration, notes)
 
 
-def _prepare_all(paths: Sequence[Path], detector: Detector,
-                 min_fraction: float) -> Iterator[Prepared | Failed]:
+def _prepare_all(paths: Sequence[Path], detector: Detector, min_fraction: float,
+                 max_clips: int) -> Iterator[Prepared | Failed]:
     for path in paths:
         try:
-            yield prepare(path, detector, min_fraction)
+            yield from prepare(path, detector, min_fraction, max_clips)
         except AudioError as exc:
             yield Failed(path, str(exc))
         except OSError as exc:
@@ -175,14 +194,16 @@ def _fmt(values: np.ndarray) -> str:
     return " ".join(f"{v:.{DECIMALS}f}" for v in values)
 
 
-def result_row(prep: Prepared, seg_probs: np.ndarray, detector: Detector) -> dict[str, Any]:
-    """One recording's row: every long segment of every clip votes together."""
+def result_row(prep: Prepared, starts_s: np.ndarray, seg_probs: np.ndarray,
+               detector: Detector) -> dict[str, Any]:
+    """The row of ``prep``'s recording from the (clips,) starts and (clips, L, S) probabilities
+    of all its clips: every long segment of every clip votes together."""
     voting, f = detector.voting, detector.features
     probs = seg_probs.reshape(1, -1, seg_probs.shape[-1])            # (1, clips * L, S)
     score = float(file_scores(probs, voting.rule, voting.vote_fraction)[0])
     long_probs = long_segment_probs(probs)[0]                        # (clips * L,)
     offsets = np.arange(seg_probs.shape[1]) * f.long_hop / f.sample_rate   # (L,)
-    starts = (prep.starts_s[:, None] + offsets[None, :]).reshape(-1)       # (clips * L,)
+    starts = (starts_s[:, None] + offsets[None, :]).reshape(-1)      # (clips * L,)
     return {**_rule_fields(detector), "path": str(prep.path), "status": STATUS_OK,
             "leak_prob": round(score, DECIMALS),
             "decision": DECISION_NAMES[int(score >= detector.threshold)],
@@ -206,15 +227,24 @@ def _rule_fields(detector: Detector) -> dict[str, Any]:
 # -- output file ---------------------------------------------------------------------------------
 
 def completed_rows(path: Path) -> list[dict[str, str]]:
-    """Whole rows of an earlier output (a line cut off by a crash is dropped)."""
+    """Whole rows of an earlier output (a line cut off by a crash is dropped).
+
+    The timeline of a recording over about half an hour is a field longer than the csv
+    module's default limit (128 KiB; a day's is several MB), so the limit is lifted while the
+    file is read.
+    """
     if not path.is_file():
         return []
-    with path.open(newline="") as handle:
-        reader = csv.DictReader(handle)
-        if tuple(reader.fieldnames or ()) != COLUMNS:
-            raise DataError(f"{path}: not a `leakpipe predict` output (columns differ); "
-                            "choose another --out or drop --resume")
-        rows = list(reader)
+    limit = csv.field_size_limit(sys.maxsize)
+    try:
+        with path.open(newline="") as handle:
+            reader = csv.DictReader(handle)
+            if tuple(reader.fieldnames or ()) != COLUMNS:
+                raise DataError(f"{path}: not a `leakpipe predict` output (columns differ); "
+                                "choose another --out or drop --resume")
+            rows = list(reader)
+    finally:
+        csv.field_size_limit(limit)
     return [row for row in rows if None not in row.values() and row["status"] in
             (STATUS_OK, STATUS_ERROR)]
 
@@ -246,22 +276,28 @@ def predict(paths: Sequence[Path], detector: Detector, out: Path, *, runtime: Ru
     budget = batch_segments(detector.model_cfg, detector.features.segment_shape[2:],
                             runtime.device, limits)
     counts = {"written": 0, "errors": 0, "leaks": 0}
+    f = detector.features
+    max_clips = max(1, budget // (f.n_long * f.n_short))       # a part is about one batch
+    rows = _RowAssembler(detector)
     with out.open("a", newline="") as handle, \
             tqdm(total=len(todo), desc="predict", unit="rec", disable=not progress) as bar:
         writer = csv.DictWriter(handle, fieldnames=COLUMNS, lineterminator="\n")
-        for group in _groups(_prepare_all(todo, detector, rules.min_clip_fraction), budget):
-            rows = _score_group(group, detector, model, runtime, budget)
-            writer.writerows(rows)
+        items = _prepare_all(todo, detector, rules.min_clip_fraction, max_clips)
+        for group in _groups(items, budget):
+            scored = _score_group(group, detector, model, runtime, budget)
+            finished = [row for item, probs in scored
+                        if (row := rows.add(item, probs)) is not None]
+            writer.writerows(finished)
             handle.flush()
-            _count(counts, rows)
-            bar.update(len(group))
+            _count(counts, finished)
+            bar.update(len(finished))
     return PredictSummary(written=counts["written"], skipped=len(done), errors=counts["errors"],
                           leaks=counts["leaks"], seconds=time.perf_counter() - start)
 
 
 def _groups(items: Iterator[Prepared | Failed],
             budget: int) -> Iterator[list[Prepared | Failed]]:
-    """Consecutive recordings holding about ``budget`` segments together."""
+    """Consecutive recordings (or parts of one) holding about ``budget`` segments together."""
     group: list[Prepared | Failed] = []
     segments = 0
     for item in items:
@@ -275,16 +311,45 @@ def _groups(items: Iterator[Prepared | Failed],
 
 
 def _score_group(group: list[Prepared | Failed], detector: Detector, model: nn.Module,
-                 runtime: Runtime, budget: int) -> list[dict[str, Any]]:
+                 runtime: Runtime,
+                 budget: int) -> list[tuple[Prepared | Failed, np.ndarray | None]]:
+    """Each item of ``group`` with its (clips, L, S) probabilities (None for a failure)."""
     ready = [item for item in group if isinstance(item, Prepared)]
     probs: list[np.ndarray] = []
     if ready:
         mel = np.concatenate([p.mel for p in ready])                  # (clips, L, S, M, T)
         all_probs = score_segments(detector, model, mel, runtime, budget)  # (clips, L, S)
         probs = np.split(all_probs, np.cumsum([len(p.mel) for p in ready])[:-1])
-    by_path = {p.path: (p, q) for p, q in zip(ready, probs, strict=True)}
-    return [result_row(*by_path[item.path], detector) if isinstance(item, Prepared)
-            else error_row(item, detector) for item in group]
+    scored = iter(probs)
+    return [(item, next(scored) if isinstance(item, Prepared) else None) for item in group]
+
+
+class _RowAssembler:
+    """One row per recording from its scored parts, which may span several batches.
+
+    Of a part only its clip starts and probabilities are kept (clips x L x S float32), not its
+    features: those are what would grow with the length of a recording.
+    """
+
+    def __init__(self, detector: Detector) -> None:
+        self.detector = detector
+        self.starts: list[np.ndarray] = []  # (clips,) per part of the recording in progress
+        self.probs: list[np.ndarray] = []   # (clips, L, S) per part
+
+    def add(self, item: Prepared | Failed, probs: np.ndarray | None) -> dict[str, Any] | None:
+        """The recording's row once ``item`` finishes it (its last part, or its failure)."""
+        if isinstance(item, Failed):
+            self.starts, self.probs = [], []  # parts of a recording that failed later: dropped
+            return error_row(item, self.detector)
+        assert probs is not None
+        self.starts.append(item.starts_s)
+        self.probs.append(probs)
+        if not item.last:
+            return None
+        row = result_row(item, np.concatenate(self.starts), np.concatenate(self.probs),
+                         self.detector)
+        self.starts, self.probs = [], []
+        return row
 
 
 def _count(counts: dict[str, int], rows: list[dict[str, Any]]) -> None:

@@ -122,7 +122,8 @@ def test_riff_fallback_when_libsndfile_refuses(tmp_path: Path, monkeypatch: pyte
                                                caplog: pytest.LogCaptureFixture, subtype: str,
                                                truncate: bool) -> None:
     # libsndfile 1.2 reads every truncated WAV we could make; other builds refuse some, so
-    # simulate the refusal and compare the RIFF parser with libsndfile's own decoding.
+    # simulate the refusal (at open, where libsndfile reads the header) and compare the RIFF
+    # parser with libsndfile's own decoding.
     path = write_wav(tmp_path / "f.wav", signal(1000, 2), subtype=subtype)
     if truncate:
         cut_tail(path, 501)
@@ -131,7 +132,8 @@ def test_riff_fallback_when_libsndfile_refuses(tmp_path: Path, monkeypatch: pyte
     def refuse(*args: object, **kwargs: object) -> None:
         raise sf.LibsndfileError(3, prefix="Error opening: ")
 
-    monkeypatch.setattr(sf, "read", refuse)
+    monkeypatch.setattr(sf, "info", refuse)
+    monkeypatch.setattr(sf, "SoundFile", refuse)
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="leakpipe.audio.io"):
         x, sr = read_audio(path)
@@ -139,6 +141,64 @@ def test_riff_fallback_when_libsndfile_refuses(tmp_path: Path, monkeypatch: pyte
     np.testing.assert_allclose(x, expected, rtol=0, atol=1e-7)
     [record] = caplog.records
     assert "RIFF" in record.message and ("truncated" in record.message) == truncate
+
+
+def test_riff_decoder_takes_over_when_libsndfile_fails_part_way(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    import leakpipe.audio.io as audio_io
+
+    path = write_wav(tmp_path / "f.wav", signal(1000, 2))
+    expected, _ = read_audio(path)
+    opened = sf.SoundFile
+
+    class FailsAfterOneBlock:
+        """libsndfile that decodes the first block, then reports a decoding error."""
+
+        def __init__(self, *args: object) -> None:
+            self.f, self.reads = opened(*args), 0
+
+        def __enter__(self) -> FailsAfterOneBlock:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            self.f.close()
+
+        def __getattr__(self, name: str) -> object:  # sf.info reads the header through it
+            return getattr(self.f, name)
+
+        def read(self, *args: object, **kwargs: object) -> np.ndarray:
+            self.reads += 1
+            if self.reads > 1:
+                raise sf.LibsndfileError(3, prefix="Error reading: ")
+            return self.f.read(*args, **kwargs)
+
+    monkeypatch.setattr(audio_io, "BLOCK_FRAMES", 300)
+    monkeypatch.setattr(sf, "SoundFile", FailsAfterOneBlock)
+    with caplog.at_level(logging.WARNING, logger="leakpipe.audio.io"):
+        x, _ = read_audio(path)
+    np.testing.assert_allclose(x, expected, rtol=0, atol=1e-7)
+    [record] = caplog.records
+    assert "read 1000 frames; decoded from the RIFF chunks from frame 300 on" in record.message
+
+
+def test_a_decoder_that_stops_short_of_its_header(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    # Clips are placed on the header's frame count before the file is read, so fewer frames
+    # than announced (a decoder stopping early without an error) cannot give the planned clips.
+    path = write_wav(tmp_path / "f.wav", signal(5 * SR, 1))
+    info = sf.info
+
+    def announces_more(*args: object) -> object:
+        real = info(*args)
+        real.frames += SR
+        return real
+
+    monkeypatch.setattr(sf, "info", announces_more)
+    with pytest.raises(AudioError, match=rf"f\.wav: the decoder stopped after {5 * SR} of the "
+                                         rf"{6 * SR} frames its header announces"):
+        load_clips(path, features(), 2, 0.5)
+    assert read_audio(path)[0].shape == (5 * SR,)  # a whole-file read takes what is there
 
 
 # ---------------------------------------------------------------------------------------------

@@ -3,7 +3,9 @@
 Each channel is checked on its own, before the mixdown, so that one clipped or dead channel is
 not hidden by the others. The samples are the decoder's float32 values (full scale = 1), and
 "at full scale" is judged against the sample format's own largest code: a PCM_16 field file
-whose samples sit at 32767 / -32768 is clipped although no value exceeds 1.
+whose samples sit at 32767 / -32768 is clipped although no value exceeds 1. The statistics
+are running sums (``SignalStats``), fed block by block as the reader decodes a recording, so a
+recording of any length is checked without being in memory at once.
 
 - ``clipped``: more than ``clip_fraction`` of a channel's samples have ``|x| >=`` the format's
   largest code minus one step (its LSB; at most float32's resolution, 2**-24).
@@ -30,7 +32,7 @@ DEAD = "dead"
 TRUNCATED = "truncated"  # whole file, from the reader (a flag unless in build.quality.reject)
 
 FLOAT32_STEP = 2.0**-24   # spacing of float32 just below 1: nothing finer survives decoding
-BLOCK_FRAMES = 2**20      # frames reduced at a time (bounds the temporaries of long recordings)
+BLOCK_FRAMES = 2**20      # frames decoded and reduced at a time (io reads in these blocks)
 
 # libsndfile subtype -> (largest positive decoded value, one step below it) in float32 units.
 FULL_SCALE: dict[str, tuple[float, float]] = {
@@ -73,28 +75,53 @@ def clip_threshold(subtype: str) -> float:
     return peak - step
 
 
+class SignalStats:
+    """Running per-channel sums of ``channel_stats``, fed a recording block by block.
+
+    A long recording never has to be in memory at once: the reader hands each decoded block to
+    ``add`` and asks for ``stats`` at the end. Fed blocks of ``BLOCK_FRAMES`` frames, the sums
+    are the very ones a whole-array ``channel_stats`` forms (same partition, same order).
+    """
+
+    def __init__(self, channels: int, subtype: str) -> None:
+        self.threshold = np.float32(clip_threshold(subtype))
+        self.frames = 0
+        self.at_full = np.zeros(channels, np.int64)
+        self.total = np.zeros(channels)
+        self.squares = np.zeros(channels)
+        self.low = np.full(channels, np.inf)
+        self.high = np.full(channels, -np.inf)
+
+    def add(self, data: np.ndarray) -> None:
+        """Take in the next ``data`` (frames, channels) float32, reduced ``BLOCK_FRAMES`` at a time
+        (bounds the temporaries of a large block)."""
+        for start in range(0, len(data), BLOCK_FRAMES):
+            block = data[start:start + BLOCK_FRAMES]  # (frames, channels)
+            self.at_full += np.count_nonzero(np.abs(block) >= self.threshold, axis=0)
+            self.total += block.sum(axis=0, dtype=np.float64)
+            self.squares += np.square(block, dtype=np.float64).sum(axis=0)
+            self.low = np.minimum(self.low, block.min(axis=0))
+            self.high = np.maximum(self.high, block.max(axis=0))
+        self.frames += len(data)
+
+    def stats(self) -> list[ChannelStats]:
+        """What the checks measure on each channel of the frames added so far (at least one)."""
+        n = self.frames
+        if n == 0:
+            raise ValueError("no frames added")
+        rms = np.sqrt(self.squares / n)
+        dc = np.divide(np.abs(self.total / n), rms, out=np.zeros_like(rms), where=rms > 0)
+        return [ChannelStats(float(self.at_full[c] / n), float(dc[c]),
+                             bool(self.low[c] == self.high[c])) for c in range(len(rms))]
+
+
 def channel_stats(data: np.ndarray, subtype: str) -> list[ChannelStats]:
     """Per-channel statistics of ``data`` (frames, channels) float32, streamed in blocks."""
     if data.ndim != 2 or data.shape[0] == 0:
         raise ValueError(f"expected (frames, channels) with frames > 0, got {data.shape}")
-    threshold = np.float32(clip_threshold(subtype))
-    n, channels = data.shape
-    at_full = np.zeros(channels, np.int64)
-    total = np.zeros(channels)
-    squares = np.zeros(channels)
-    low = np.full(channels, np.inf)
-    high = np.full(channels, -np.inf)
-    for start in range(0, n, BLOCK_FRAMES):
-        block = data[start:start + BLOCK_FRAMES]  # (frames, channels)
-        at_full += np.count_nonzero(np.abs(block) >= threshold, axis=0)
-        total += block.sum(axis=0, dtype=np.float64)
-        squares += np.square(block, dtype=np.float64).sum(axis=0)
-        low = np.minimum(low, block.min(axis=0))
-        high = np.maximum(high, block.max(axis=0))
-    rms = np.sqrt(squares / n)
-    dc = np.divide(np.abs(total / n), rms, out=np.zeros(channels), where=rms > 0)
-    return [ChannelStats(float(at_full[c] / n), float(dc[c]), bool(low[c] == high[c]))
-            for c in range(channels)]
+    running = SignalStats(data.shape[1], subtype)
+    running.add(data)
+    return running.stats()
 
 
 def find_issues(stats: list[ChannelStats], cfg: QualityConfig, subtype: str) -> list[Issue]:
