@@ -33,8 +33,9 @@ TINY = {
 }
 
 
-def _run_any(cmd: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    """``cmd`` with the venv first on PATH and no DVC / MLflow variables of the outer run.
+def project_env(cwd: Path) -> dict[str, str]:
+    """The environment of commands in the project ``cwd``: the venv first on PATH and no DVC /
+    MLflow variables of the outer run.
 
     The project's own copy of the package comes first on the import path: the venv's editable
     install points at the checkout, whose files a test here may not touch.
@@ -42,7 +43,13 @@ def _run_any(cmd: list[str], cwd: Path) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DVC_", "MLFLOW_"))}
     env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
     env["PYTHONPATH"] = str(cwd)
-    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, check=False)
+    return env
+
+
+def _run_any(cmd: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    """``cmd`` in the project ``cwd`` (``project_env``), its output captured."""
+    return subprocess.run(cmd, cwd=cwd, env=project_env(cwd), capture_output=True, text=True,
+                          check=False)
 
 
 def _run(cmd: list[str], cwd: Path) -> str:
