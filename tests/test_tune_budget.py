@@ -174,9 +174,9 @@ def test_storage_resolution(monkeypatch, tmp_path: Path) -> None:
     assert resolve_storage(cfg) == StorageSpec(JOURNAL, str(tmp_path / "tuning/journal.log"))
     url = "postgresql://tuner:secret@db.example:5432/optuna"
     monkeypatch.setenv("OPTUNA_STORAGE", url)
-    spec = resolve_storage(cfg)
-    assert spec == StorageSpec(RDB, url)
-    assert spec.display == "postgresql://***@db.example:5432/optuna"
+    spec = resolve_storage(cfg)      # the pinned driver (psycopg 3) is named for SQLAlchemy
+    assert spec == StorageSpec(RDB, "postgresql+psycopg://tuner:secret@db.example:5432/optuna")
+    assert spec.display == "postgresql+psycopg://***@db.example:5432/optuna"
 
 
 def test_study_name_ignores_the_budget_but_not_the_space(tmp_path: Path) -> None:
