@@ -15,6 +15,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from mlflow import MlflowClient
 
 from leakpipe import tracking
 from leakpipe.cli import build_parser, main
@@ -75,6 +76,21 @@ def _stop(server: subprocess.Popen) -> None:
 def test_defaults_bind_to_localhost() -> None:
     args = build_parser().parse_args(["ui"])
     assert (args.host, args.port) == ("127.0.0.1", 5000)
+
+
+def test_the_runs_page_url_names_the_project_experiment(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    from leakpipe.tracking.server import runs_page
+
+    uri = copied_store(tmp_path / "mlruns")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.setenv("DVC_ROOT", str(tmp_path))
+    assert runs_page(uri, HOST, 5000) == f"http://{HOST}:5000/"        # no runs yet
+    with tracking.start_run("build"):
+        pass
+    experiment = MlflowClient(uri).get_experiment_by_name(tracking.DEFAULT_EXPERIMENT)
+    assert runs_page(uri, HOST, 5000) == (
+        f"http://{HOST}:5000/#/experiments/{experiment.experiment_id}/runs")
 
 
 def test_remote_tracking_starts_nothing(monkeypatch: pytest.MonkeyPatch,

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 
+from leakpipe.tracking.names import DEFAULT_EXPERIMENT
 from leakpipe.tracking.runs import artifact_root, tracking_uri
 
 DEFAULT_HOST = "127.0.0.1"
@@ -37,7 +38,22 @@ def run_ui(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> int:
         return 0
     command = server_command(uri, host, port)
     log.info("MLflow UI for %s on http://%s:%d (Ctrl-C stops it)", uri, host, port)
+    print(f"ui: the pipeline's runs: {runs_page(uri, host, port)}", flush=True)
     return serve(command)
+
+
+def runs_page(uri: str, host: str, port: int) -> str:
+    """The runs table of the project's experiment (MLflow 3 opens an experiment on its GenAI
+    overview, where training runs are one click away); the home page while it has none."""
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
+
+    base = f"http://{host}:{port}/"
+    try:
+        experiment = MlflowClient(uri).get_experiment_by_name(DEFAULT_EXPERIMENT)
+    except MlflowException:
+        return base
+    return f"{base}#/experiments/{experiment.experiment_id}/runs" if experiment else base
 
 
 def server_command(uri: str, host: str, port: int) -> list[str]:
