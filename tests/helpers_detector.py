@@ -127,6 +127,15 @@ def copied_store(folder: Path) -> str:
     return f"sqlite:///{folder / 'mlflow.db'}"
 
 
+def one_torch_thread() -> Iterator[None]:
+    """torch on one thread for the test (deterministic and fair on a shared 2-core machine),
+    then back to what it was."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def restore_logging() -> Iterator[None]:
     """Put the root logger back after a test that ran ``leakpipe.cli.main`` (its
     ``setup_logging`` binds a handler to this test's captured stderr, closed afterwards)."""

@@ -5,7 +5,6 @@ from __future__ import annotations
 import csv
 import dataclasses
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import h5py
@@ -40,6 +39,7 @@ from tests.helpers_detector import (
     copied_store,
     known_detector,
     leak_probs,
+    one_torch_thread,
     restore_logging,
     write_plan,
     write_prob_split,
@@ -51,12 +51,7 @@ SPLIT_FILES = {"val": 40, "test": 30}
 _keep_logging = pytest.fixture(autouse=True)(restore_logging)
 
 
-@pytest.fixture(autouse=True)
-def _one_thread() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+_one_thread = pytest.fixture(autouse=True)(one_torch_thread)
 
 
 @pytest.fixture

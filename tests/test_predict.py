@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -27,7 +26,7 @@ from leakpipe.model import create_model
 from leakpipe.predict import COLUMNS, scoring_rules
 from leakpipe.scoring.batching import BatchLimits
 from tests.conftest import PARAMS
-from tests.helpers_detector import copied_store, restore_logging
+from tests.helpers_detector import copied_store, one_torch_thread, restore_logging
 from tests.helpers_h5 import SMALL_FEATURES
 
 RATE = SMALL_FEATURES.sample_rate          # 4096 Hz, 1 s clips, 7 long segments per clip
@@ -45,12 +44,7 @@ FORMATS = [
 _keep_logging = pytest.fixture(autouse=True)(restore_logging)
 
 
-@pytest.fixture(autouse=True)
-def _one_thread() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+_one_thread = pytest.fixture(autouse=True)(one_torch_thread)
 
 
 @pytest.fixture

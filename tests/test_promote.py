@@ -11,12 +11,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 import yaml
 
 from leakpipe import tracking
@@ -32,6 +30,7 @@ from tests.helpers_detector import (
     copied_store,
     known_detector,
     leak_probs,
+    one_torch_thread,
     restore_logging,
     write_plan,
     write_prob_split,
@@ -44,12 +43,7 @@ SPLIT_FILES = {"val": 40, "test": 40}
 _keep_logging = pytest.fixture(autouse=True)(restore_logging)
 
 
-@pytest.fixture(autouse=True)
-def _one_thread() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+_one_thread = pytest.fixture(autouse=True)(one_torch_thread)
 
 
 @pytest.fixture

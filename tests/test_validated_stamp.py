@@ -47,6 +47,14 @@ def _copy(ws: Workspace, root: Path) -> Workspace:
                      root / "ws" / ws.plan.name, root / "out")
 
 
+def _copy_with_store(ws: Workspace, root: Path,
+                     monkeypatch: pytest.MonkeyPatch) -> tuple[Workspace, str]:
+    """``_copy`` plus an empty MLflow store of its own (``MLFLOW_TRACKING_URI``)."""
+    uri = fresh_mlflow_uri(root / "mlflow")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    return _copy(ws, root), uri
+
+
 def _train_args(ws: Workspace, *extra: str) -> list[str]:
     args = [a for a in stage_args(ws) if a != "--unvalidated"]
     return ["train", *args, *extra]
@@ -77,9 +85,7 @@ def test_train_refuses_a_split_edited_after_validation(
         validated: tuple[Workspace, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
     base, stamp = validated
-    ws = _copy(base, tmp_path)
-    uri = fresh_mlflow_uri(tmp_path / "mlflow")
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    ws, uri = _copy_with_store(base, tmp_path, monkeypatch)
     _edit_one_value(ws.data["val"])
 
     code = cli.main(_train_args(ws, "--validated", str(stamp)))
@@ -96,9 +102,7 @@ def test_train_on_validated_splits_runs_untagged(validated: tuple[Workspace, Pat
                                                  tmp_path: Path,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     base, stamp = validated
-    ws = _copy(base, tmp_path)
-    uri = fresh_mlflow_uri(tmp_path / "mlflow")
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    ws, uri = _copy_with_store(base, tmp_path, monkeypatch)
 
     assert cli.main(_train_args(ws, "--validated", str(stamp))) == 0
 
@@ -123,9 +127,7 @@ def test_nan_data_is_refused_and_unvalidated_it_stops_training_with_one_line(
         validated: tuple[Workspace, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
     base, _ = validated
-    ws = _copy(base, tmp_path)
-    uri = fresh_mlflow_uri(tmp_path / "mlflow")
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    ws, uri = _copy_with_store(base, tmp_path, monkeypatch)
     with h5py.File(ws.data["train"], "r+") as f:
         mel = f[H5_MEL][...]
         mel[::3] = np.nan                          # every third file: NaN
