@@ -68,6 +68,8 @@ def postgres_server() -> Iterator[str]:
     # pytest's temporary folders are private (0700), so the server gets one of its own.
     root = Path(tempfile.mkdtemp(prefix="leakpipe-pg-"))
     root.chmod(0o755)
+    # its exit hook logs after pytest closed the streams ("--- Logging error ---"): INFO off
+    logging.getLogger("pgserver").setLevel(logging.WARNING)
     server = pgserver.get_server(root / "data", cleanup_mode="stop")
     try:
         yield server.get_uri().split("host=", 1)[1]

@@ -19,6 +19,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
@@ -47,6 +48,7 @@ from leakpipe.tune.trial_budget import (
     worker_record,
 )
 
+HEARTBEAT_OUTSIDE_OPTIMIZE = "Heartbeat of storage is supposed to be used with Study.optimize"
 log = logging.getLogger(__name__)
 
 POLL_S = 2.0                 # seconds between looks at the study while waiting
@@ -96,7 +98,11 @@ def claim(worker: Worker) -> optuna.Trial | Decision:
                           worker.expired)
         if decision is not Decision.RUN:
             return decision
-        trial = study.ask()
+        with warnings.catch_warnings():
+            # Optuna warns when heartbeats run outside Study.optimize; here this loop beats
+            # itself (``heartbeat`` below), which is what the warning asks for
+            warnings.filterwarnings("ignore", HEARTBEAT_OUTSIDE_OPTIMIZE, UserWarning)
+            trial = study.ask()
         trial.set_user_attr(ATTR_WORKER, worker_record())
         if trial.user_attrs.get(ATTR_REASON):
             trial.set_user_attr(ATTR_REASON, "")  # a retry: the copied reason is not its own
