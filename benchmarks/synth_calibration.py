@@ -39,7 +39,9 @@ from sklearn.model_selection import GroupKFold
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
-from leakpipe.audio.io import make_clips, read_audio, resample
+from leakpipe.audio.clips import make_clips
+from leakpipe.audio.io import read_audio
+from leakpipe.audio.resampling import resample
 from leakpipe.audio.synth import generate
 from leakpipe.config import FeatureConfig, load_section
 from leakpipe.constants import LEAK_CLASS, MANIFEST_NAME

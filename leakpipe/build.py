@@ -116,7 +116,8 @@ def process_recording(job: _Job, index: int, path: Path) -> RecordingResult:
     length. The order of the verdicts is that of a whole-file read: unreadable or non-finite
     audio first, then the checks in ``build.quality.reject``, then too short for a clip.
     """
-    from leakpipe.audio.io import AudioError, open_audio, plan_clips, read_clips
+    from leakpipe.audio.clips import AudioError, plan_clips
+    from leakpipe.audio.io import open_audio, read_clips
     from leakpipe.features.mel import clip_features
 
     try:

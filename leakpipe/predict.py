@@ -40,7 +40,9 @@ from tqdm import tqdm
 
 from leakpipe import tracking
 from leakpipe.allocator import retain_freed_memory
-from leakpipe.audio.io import AudioError, open_audio, plan_clips, resampled_length, stream_clips
+from leakpipe.audio.clips import AudioError, plan_clips
+from leakpipe.audio.io import open_audio, stream_clips
+from leakpipe.audio.resampling import resampled_length
 from leakpipe.config import load_section
 from leakpipe.constants import AUDIO_SUFFIXES, DECISION_NAMES
 from leakpipe.decision.voting import file_scores, long_segment_probs

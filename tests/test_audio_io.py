@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from leakpipe.audio.io import AudioError, load_clips, make_clips, read_audio, resample
+from leakpipe.audio.clips import AudioError, make_clips
+from leakpipe.audio.io import load_clips, read_audio
+from leakpipe.audio.resampling import resample
 from leakpipe.config import FeatureConfig
 
 SR = 8192

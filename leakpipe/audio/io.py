@@ -20,31 +20,22 @@ from __future__ import annotations
 
 import logging
 import os
-import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from functools import lru_cache
-from math import gcd
 from pathlib import Path
 
 import numpy as np
 import soundfile as sf
-from scipy.signal import firwin, resample_poly
 
+from leakpipe.audio.clips import AudioError, ClipPlan, plan_clips
 from leakpipe.audio.quality import BLOCK_FRAMES  # the checks' block: the same sums
+from leakpipe.audio.resampling import resample
+from leakpipe.audio.riff import UnsupportedWav, WavLayout, decode_wav, wav_layout, wav_subtype
 from leakpipe.config import FeatureConfig
-from leakpipe.errors import DataError
 
 log = logging.getLogger(__name__)
 
-# RIFF/WAVE format tags (mmreg.h); EXTENSIBLE carries the real tag in its SubFormat GUID.
-_WAVE_PCM = 0x0001
-_WAVE_FLOAT = 0x0003
-_WAVE_EXTENSIBLE = 0xFFFE
-_UNKNOWN_SIZE = 0xFFFFFFFF  # data size written by streaming recorders: "until end of file"
 _HEAD_BYTES = 8  # bytes of an unreadable file quoted in its error message
-# scipy.signal.resample_poly's default filter: 2 * half + 1 taps, half = this * max(up, down)
-_HALF_TAPS_PER_RATE = 10
 
 # libsndfile error numbers (sndfile.h); its own text for them is sometimes empty.
 _SF_REASONS = {
@@ -53,36 +44,6 @@ _SF_REASONS = {
     3: "malformed file",
     4: "unsupported encoding",
 }
-
-
-class AudioError(DataError):
-    """An unusable recording; the message is one line: ``<file>: <reason>``."""
-
-
-@dataclass(frozen=True)
-class _WavLayout:
-    """Where the samples of a RIFF/WAVE file are and how they are encoded."""
-
-    format_tag: int  # _WAVE_PCM or _WAVE_FLOAT once EXTENSIBLE is resolved
-    channels: int
-    sample_rate: int
-    bits: int
-    block_align: int  # bytes per frame (all channels)
-    data_offset: int  # byte offset of the first sample
-    claimed_bytes: int  # size of the data chunk according to its header
-    present_bytes: int  # bytes of the data chunk actually in the file
-
-    @property
-    def claimed_frames(self) -> int:
-        return self.claimed_bytes // self.block_align
-
-    @property
-    def present_frames(self) -> int:
-        return min(self.claimed_bytes, self.present_bytes) // self.block_align
-
-    @property
-    def truncated(self) -> bool:
-        return self.claimed_frames > self.present_frames
 
 
 @dataclass(frozen=True)
@@ -105,7 +66,7 @@ class AudioSource:
     frames: int                 # frames in the file (a truncated WAV: its whole frames)
     subtype: str                # libsndfile's sample format: PCM_16, PCM_24, PCM_32, FLOAT, ...
     claimed_frames: int | None  # a truncated WAV's header frame count; None if whole
-    layout: _WavLayout | None   # its RIFF chunks, if it is a WAV
+    layout: WavLayout | None   # its RIFF chunks, if it is a WAV
     refused: str = ""           # libsndfile's reason if it refused the file: RIFF-decoded
 
 
@@ -145,7 +106,7 @@ def open_audio(path: Path) -> AudioSource:
         raise AudioError(f"{path}: no such file")
     if path.stat().st_size == 0:
         raise AudioError(f"{path}: empty (0 bytes)")
-    layout = _wav_layout(path)
+    layout = wav_layout(path)
     claimed = layout.claimed_frames if layout is not None and layout.truncated else None
     try:
         info = sf.info(path)
@@ -155,7 +116,7 @@ def open_audio(path: Path) -> AudioSource:
         if layout is None:
             raise AudioError(_unreadable(path, exc)) from None
         source = AudioSource(path, layout.sample_rate, layout.channels, layout.present_frames,
-                             _subtype(layout), claimed, layout, refused=_sf_reason(exc))
+                             wav_subtype(layout), claimed, layout, refused=_sf_reason(exc))
     if source.frames == 0:
         raise AudioError(f"{path}: empty (no audio frames)")
     return source
@@ -217,53 +178,6 @@ def _head(path: Path) -> bytes:
         return f.read(_HEAD_BYTES)
 
 
-def _wav_layout(path: Path) -> _WavLayout | None:
-    """Walk the RIFF chunks up to `data`; None if the file is not a RIFF/WAVE with both chunks."""
-    size = path.stat().st_size
-    with path.open("rb") as f:
-        riff = f.read(12)
-        if len(riff) < 12 or riff[:4] != b"RIFF" or riff[8:12] != b"WAVE":
-            return None
-        fmt: tuple[int, int, int, int, int] | None = None
-        while len(header := f.read(8)) == 8:
-            chunk_id, chunk_size = header[:4], struct.unpack("<I", header[4:])[0]
-            if chunk_id == b"fmt ":
-                fmt = _parse_fmt(f.read(min(chunk_size, 40)))
-                f.seek(f.tell() + max(chunk_size - 40, 0) + (chunk_size & 1))
-            elif chunk_id == b"data":
-                if fmt is None:
-                    return None
-                offset = f.tell()
-                present = size - offset
-                claimed = present if chunk_size == _UNKNOWN_SIZE else chunk_size
-                tag, channels, rate, block_align, bits = fmt
-                return _WavLayout(tag, channels, rate, bits, block_align, offset, claimed,
-                                  present)
-            else:
-                f.seek(f.tell() + chunk_size + (chunk_size & 1))  # chunks are word-aligned
-    return None
-
-
-def _parse_fmt(body: bytes) -> tuple[int, int, int, int, int] | None:
-    """(format_tag, channels, sample_rate, block_align, bits) of a `fmt ` chunk, or None."""
-    if len(body) < 16:
-        return None
-    tag, channels, rate, _, block_align, bits = struct.unpack("<HHIIHH", body[:16])
-    if tag == _WAVE_EXTENSIBLE and len(body) >= 26:
-        tag = struct.unpack("<H", body[24:26])[0]  # first two bytes of the SubFormat GUID
-    if channels == 0 or block_align == 0:
-        return None
-    return tag, channels, rate, block_align, bits
-
-
-def _subtype(layout: _WavLayout) -> str:
-    """libsndfile's subtype name for a WAV layout (what ``SoundFile.subtype`` would say)."""
-    width = layout.block_align // layout.channels  # bytes per sample
-    if layout.format_tag == _WAVE_FLOAT:
-        return "DOUBLE" if width == 8 else "FLOAT"
-    return "PCM_U8" if width == 1 else f"PCM_{8 * width}"
-
-
 class _Decoder:
     """The frames of an ``AudioSource`` in file order, in blocks of ``BLOCK_FRAMES``.
 
@@ -295,188 +209,11 @@ class _Decoder:
         layout = source.layout
         assert layout is not None  # refused is only set for a WAV
         for start in range(done, layout.present_frames, BLOCK_FRAMES):
-            yield _decode_wav(source.path, layout, start,
-                              min(BLOCK_FRAMES, layout.present_frames - start))
-
-
-def _decode_wav(path: Path, layout: _WavLayout, start: int, frames: int) -> np.ndarray:
-    """Decode ``frames`` whole frames of a WAV's data chunk from frame ``start`` on
-    -> (frames, channels) float32."""
-    n = frames * layout.channels  # samples to read
-    width = layout.block_align // layout.channels  # bytes per sample
-    offset = layout.data_offset + start * layout.block_align
-    key = (layout.format_tag, width)
-    if key == (_WAVE_PCM, 3):
-        raw = np.fromfile(path, np.uint8, n * 3, offset=offset).reshape(-1, 3)
-        wide = np.zeros((len(raw), 4), np.uint8)
-        wide[:, 1:] = raw  # little-endian 24 bit in the top bytes: the sign bit lands right
-        values = wide.view("<i4")[:, 0].astype(np.float64) / 2.0**31
-    elif key in _SAMPLE_TYPES:
-        dtype, zero, scale = _SAMPLE_TYPES[key]
-        raw = np.fromfile(path, dtype, n, offset=offset)
-        values = (raw.astype(np.float64) - zero) / scale
-    else:
-        raise AudioError(f"{path}: unsupported WAV encoding (format tag {layout.format_tag}, "
-                         f"{layout.bits} bits)")
-    return values.astype(np.float32).reshape(-1, layout.channels)  # (frames, channels)
-
-
-# (format tag, bytes per sample) -> (numpy dtype, offset, full scale), as libsndfile scales them.
-_SAMPLE_TYPES: dict[tuple[int, int], tuple[str, float, float]] = {
-    (_WAVE_PCM, 1): ("u1", 128.0, 128.0),
-    (_WAVE_PCM, 2): ("<i2", 0.0, 2.0**15),
-    (_WAVE_PCM, 4): ("<i4", 0.0, 2.0**31),
-    (_WAVE_FLOAT, 4): ("<f4", 0.0, 1.0),
-    (_WAVE_FLOAT, 8): ("<f8", 0.0, 1.0),
-}
-
-
-def resample(x: np.ndarray, sr_in: int, sr_out: int) -> np.ndarray:
-    """Polyphase resampling by the reduced ratio ``sr_out / sr_in``; float32, identity if equal.
-
-    ``x`` is (n,); the result is (ceil(n * sr_out / sr_in),).
-    """
-    up, down = _ratio(sr_in, sr_out)
-    x = np.asarray(x, dtype=np.float32)
-    if up == down:
-        return x
-    return resample_poly(x, up, down, window=_lowpass(up, down)).astype(np.float32, copy=False)
-
-
-@lru_cache(maxsize=8)
-def _lowpass(up: int, down: int) -> np.ndarray:
-    """The anti-aliasing filter ``resample_poly`` designs by default, designed once per ratio.
-
-    Clips are resampled one by one, and for 44.1 kHz -> 8192 Hz (up 2048, down 11025) designing
-    the 220,501 taps takes as long as filtering a clip. Given as float32, as resample_poly casts
-    its own design to a float32 signal's type, so the output is bit-identical. Read-only: shared.
-    """
-    half = _HALF_TAPS_PER_RATE * max(up, down)
-    taps = firwin(2 * half + 1, 1.0 / max(up, down), window=("kaiser", 5.0)).astype(np.float32)
-    taps.flags.writeable = False
-    return taps
-
-
-def _ratio(sr_in: int, sr_out: int) -> tuple[int, int]:
-    """(up, down): ``sr_out / sr_in`` reduced."""
-    if sr_in <= 0 or sr_out <= 0:
-        raise ValueError(f"sample rates must be positive, got {sr_in} -> {sr_out}")
-    g = gcd(int(sr_in), int(sr_out))
-    return sr_out // g, sr_in // g
-
-
-def resampled_length(frames: int, sr_in: int, sr_out: int) -> int:
-    """Samples of ``frames`` frames resampled by ``resample``: ceil(frames * sr_out / sr_in)."""
-    up, down = _ratio(sr_in, sr_out)
-    return -(-frames * up // down)
-
-
-def clip_starts(n: int, clip_samples: int, n_clips: int) -> np.ndarray:
-    """(n_clips,) int64 starts, evenly spaced from 0 to ``n - clip_samples`` (0 if shorter)."""
-    return np.round(np.linspace(0, max(0, n - clip_samples), n_clips)).astype(np.int64)
-
-
-def _count_clips(n: int, clip_samples: int, n_clips: int | None) -> int:
-    """``n_clips``, or for None every non-overlapping clip of ``n`` samples (at least one)."""
-    if n_clips is None:
-        n_clips = max(1, n // max(1, clip_samples))
-    if clip_samples < 1 or n_clips < 1:
-        raise ValueError(f"clip_samples and n_clips must be >= 1, got {clip_samples}, {n_clips}")
-    return n_clips
-
-
-def _too_short(n: int, clip_samples: int, min_fraction: float) -> str:
-    """Why ``n`` samples give no clip, or "" if they give one (zero-padded if < a clip)."""
-    need = int(np.ceil(min_fraction * clip_samples))
-    if n >= clip_samples or n >= need:
-        return ""
-    return (f"too short: {n} samples, need at least {need} "
-            f"({min_fraction:g} of a {clip_samples}-sample clip)")
-
-
-def make_clips(x: np.ndarray, clip_samples: int, n_clips: int | None,
-               min_fraction: float) -> np.ndarray:
-    """Cut ``n_clips`` clips of ``clip_samples`` from ``x`` (n,) -> (n_clips, clip_samples).
-
-    Clip starts are evenly spaced from 0 to n - clip_samples, so two clips are the first and the
-    last ``clip_samples`` (the paper's first and last 3 s). ``n_clips=None`` takes every
-    non-overlapping clip: ``n // clip_samples`` of them, spaced the same way (the remainder is
-    shared out as gaps between them). A recording shorter than one clip is zero-padded at the
-    end (every clip is then that one padded clip; one with ``None``) if it holds at least
-    ``min_fraction * clip_samples`` samples; otherwise it raises ``AudioError``.
-    """
-    if x.ndim != 1:
-        raise ValueError(f"expected a 1-D signal, got shape {x.shape}")
-    n = len(x)
-    n_clips = _count_clips(n, clip_samples, n_clips)
-    if short := _too_short(n, clip_samples, min_fraction):
-        raise AudioError(short)
-    if n < clip_samples:
-        padded = np.zeros(clip_samples, np.float32)  # (clip_samples,)
-        padded[:n] = x
-        return np.repeat(padded[None], n_clips, axis=0)  # (n_clips, clip_samples)
-    starts = clip_starts(n, clip_samples, n_clips)  # (n_clips,)
-    index = starts[:, None] + np.arange(clip_samples)  # (n_clips, clip_samples)
-    return x[index].astype(np.float32, copy=False)
-
-
-@dataclass(frozen=True)
-class ClipPlan:
-    """Where the clips of a recording lie, at the feature rate and in the file's own frames.
-
-    Clip ``j`` is samples ``starts[j]`` .. ``starts[j] + clip_samples`` of the whole recording
-    resampled to ``sr_out`` (placed as ``make_clips`` places them; zero-padded past the end of
-    a recording shorter than one clip). To make it without resampling the whole recording,
-    input frames ``first[j]`` .. ``stop[j]`` are resampled on their own: ``first`` is a
-    multiple of the decimation factor ``down``, so the polyphase output grid lines up with the
-    whole recording's, and the span reaches the filter's half length past the clip on either
-    side (or to the file's ends, where the whole-recording resampling pads with zeros as well).
-    Every output sample of the clip then sums the same products in the same order: the clips
-    are bit-identical to the whole-recording ones (tests/test_long_recordings.py).
-    """
-
-    sr_in: int
-    sr_out: int
-    up: int                   # sr_out / sr_in = up / down, reduced
-    down: int
-    frames_in: int
-    frames_out: int           # samples of the whole recording resampled
-    clip_samples: int
-    starts: np.ndarray        # (clips,) int64: clip start at sr_out
-    first: np.ndarray         # (clips,) int64: first input frame resampled for the clip
-    stop: np.ndarray          # (clips,) int64: input frame after the last one
-    short: str = ""           # "too short: ..." when the recording gives no clip (none planned)
-
-    @property
-    def n_clips(self) -> int:
-        return len(self.starts)
-
-    def too_short(self, path: Path) -> AudioError:
-        """The error of a recording that gives no clip (``short``), with its length."""
-        seconds = self.frames_out / self.sr_out
-        return AudioError(f"{path}: {self.short} at {self.sr_out} Hz ({seconds:.3f} s)")
-
-
-def plan_clips(frames: int, sample_rate: int, features: FeatureConfig, n_clips: int | None,
-               min_fraction: float) -> ClipPlan:
-    """Place the clips of a recording of ``frames`` frames at ``sample_rate`` (see
-    ``make_clips``); a recording too short for one clip gets a plan without clips and a
-    ``short`` reason, so that the caller can first check what else is wrong with it."""
-    up, down = _ratio(sample_rate, features.sample_rate)
-    n_out = resampled_length(frames, sample_rate, features.sample_rate)
-    size = features.clip_samples
-    count = _count_clips(n_out, size, n_clips)
-    none = np.zeros(0, np.int64)
-    if short := _too_short(n_out, size, min_fraction):
-        return ClipPlan(sample_rate, features.sample_rate, up, down, frames, n_out, size, none,
-                        none, none, short)
-    starts = clip_starts(n_out, size, count)  # (clips,)
-    half = 0 if up == down else _HALF_TAPS_PER_RATE * max(up, down)  # equal rates: no filter
-    # output k sums input frames i with |k * down - i * up| <= half
-    first = np.maximum(0, (starts * down - half) // up // down * down)
-    stop = np.minimum(frames, ((starts + size - 1) * down + half) // up + 1)
-    return ClipPlan(sample_rate, features.sample_rate, up, down, frames, n_out, size, starts,
-                    first, stop)
+            try:
+                yield decode_wav(source.path, layout, start,
+                                 min(BLOCK_FRAMES, layout.present_frames - start))
+            except UnsupportedWav as exc:
+                raise AudioError(str(exc)) from None
 
 
 class _Cutter:
