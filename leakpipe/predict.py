@@ -11,7 +11,8 @@ long-segment probabilities over time (a timeline). A recording that cannot be re
 with its reason in ``notes``.
 
 ``run_predict`` is what `leakpipe predict` calls: the runtime, the detector (a file or an
-MLflow model URI), its scoring rules, ``predict``, one summary line.
+MLflow model URI), its scoring rules, ``predict``, one summary line. ``score_recordings`` gives
+the rows of files or of in-memory waveforms: the served detector (``leakpipe.serve``) uses it.
 
 Recordings are scored in batches of many recordings up to a segment budget sized from free
 memory; rows are appended (and flushed) after every batch, so ``resume`` continues an
@@ -41,7 +42,7 @@ from tqdm import tqdm
 from leakpipe import tracking
 from leakpipe.allocator import retain_freed_memory
 from leakpipe.audio.clips import AudioError, plan_clips
-from leakpipe.audio.io import open_audio, stream_clips
+from leakpipe.audio.io import AudioSource, open_audio, stream_clips
 from leakpipe.audio.resampling import resampled_length
 from leakpipe.config import load_section
 from leakpipe.constants import AUDIO_SUFFIXES, DECISION_NAMES
@@ -136,17 +137,19 @@ def find_recordings(paths: Iterable[Path]) -> list[Path]:
     return list(dict.fromkeys(found))
 
 
-def prepare(path: Path, detector: Detector, min_fraction: float,
+def prepare(recording: Path | AudioSource, detector: Detector, min_fraction: float,
             max_clips: int) -> Iterator[Prepared]:
     """Read, resample, cover with clips and compute features, ``max_clips`` clips at a time.
 
     The clips are evenly spaced from start to end, as many as cover the recording (one
     zero-padded clip if it is shorter than one). The recording is decoded block by block, so a
     long one comes in parts; the last part only once the whole file has been read and checked.
+    ``recording`` is a file or samples in memory (``waveform_source``: a served request).
     Raises ``AudioError``, possibly after some parts (the caller drops them).
     """
     f = detector.features
-    source = open_audio(path)
+    source = recording if isinstance(recording, AudioSource) else open_audio(recording)
+    path = source.path
     n = resampled_length(source.frames, source.sample_rate, f.sample_rate)
     plan = plan_clips(source.frames, source.sample_rate, f, max(1, math.ceil(n / f.clip_samples)),
                       min_fraction)
@@ -167,11 +170,12 @@ def prepare(path: Path, detector: Detector, min_fraction: float,
     yield Prepared(path, clip_features(np.stack(clips), f), starts_s[done:], duration, notes)
 
 
-def _prepare_all(paths: Sequence[Path], detector: Detector, min_fraction: float,
-                 max_clips: int) -> Iterator[Prepared | Failed]:
-    for path in paths:
+def _prepare_all(recordings: Iterable[Path | AudioSource], detector: Detector,
+                 min_fraction: float, max_clips: int) -> Iterator[Prepared | Failed]:
+    for recording in recordings:
+        path = recording.path if isinstance(recording, AudioSource) else recording
         try:
-            yield from prepare(path, detector, min_fraction, max_clips)
+            yield from prepare(recording, detector, min_fraction, max_clips)
         except AudioError as exc:
             yield Failed(path, str(exc))
         except OSError as exc:
@@ -229,12 +233,8 @@ def _rule_fields(detector: Detector) -> dict[str, Any]:
 # -- output file ---------------------------------------------------------------------------------
 
 def completed_rows(path: Path) -> list[dict[str, str]]:
-    """Whole rows of an earlier output (a line cut off by a crash is dropped).
-
-    The timeline of a recording over about half an hour is a field longer than the csv
-    module's default limit (128 KiB; a day's is several MB), so the limit is lifted while the
-    file is read.
-    """
+    """Whole rows of an earlier output (a line cut off by a crash is dropped). The csv field
+    limit (128 KiB) is lifted while reading: a day-long recording's timeline is several MB."""
     if not path.is_file():
         return []
     limit = csv.field_size_limit(sys.maxsize)
@@ -271,30 +271,49 @@ def predict(paths: Sequence[Path], detector: Detector, out: Path, *, runtime: Ru
     todo = [p for p in find_recordings(paths) if str(p) not in done]
     _start_output(out, kept)
     model = detector.inference_model().to(runtime.device)
-    limits = rules.limits
-    if max_batch_segments:
-        limits = dataclasses.replace(limits, max_segments=max_batch_segments,
-                                     cpu_max_segments=max_batch_segments)
-    budget = batch_segments(detector.model_cfg, detector.features.segment_shape[2:],
-                            runtime.device, limits)
+    budget = batch_budget(detector, rules, runtime, max_batch_segments)
     counts = {"written": 0, "errors": 0, "leaks": 0}
-    f = detector.features
-    max_clips = max(1, budget // (f.n_long * f.n_short))       # a part is about one batch
-    rows = _RowAssembler(detector)
     with out.open("a", newline="") as handle, \
             tqdm(total=len(todo), desc="predict", unit="rec", disable=not progress) as bar:
         writer = csv.DictWriter(handle, fieldnames=COLUMNS, lineterminator="\n")
-        items = _prepare_all(todo, detector, rules.min_clip_fraction, max_clips)
-        for group in _groups(items, budget):
-            scored = _score_group(group, detector, model, runtime, budget)
-            finished = [row for item, probs in scored
-                        if (row := rows.add(item, probs)) is not None]
+        for finished in score_recordings(todo, detector, model, runtime=runtime, budget=budget,
+                                         min_fraction=rules.min_clip_fraction):
             writer.writerows(finished)
             handle.flush()
             _count(counts, finished)
             bar.update(len(finished))
     return PredictSummary(written=counts["written"], skipped=len(done), errors=counts["errors"],
                           leaks=counts["leaks"], seconds=time.perf_counter() - start)
+
+
+def batch_budget(detector: Detector, rules: ScoringRules, runtime: Runtime,
+                 max_batch_segments: int | None = None) -> int:
+    """Segments per forward pass: the rules' cap (or ``max_batch_segments``), sized from free
+    memory on the runtime's device."""
+    limits = rules.limits
+    if max_batch_segments:
+        limits = dataclasses.replace(limits, max_segments=max_batch_segments,
+                                     cpu_max_segments=max_batch_segments)
+    return batch_segments(detector.model_cfg, detector.features.segment_shape[2:],
+                          runtime.device, limits)
+
+
+def score_recordings(recordings: Iterable[Path | AudioSource], detector: Detector,
+                     model: nn.Module, *, runtime: Runtime, budget: int,
+                     min_fraction: float) -> Iterator[list[dict[str, Any]]]:
+    """The rows of ``recordings`` (files or in-memory sources), in order, a batch at a time.
+
+    ``model`` is the detector's network on the runtime's device and ``budget`` the segments
+    per forward pass (``batch_segments``). A recording that cannot be used gets an error row.
+    `leakpipe predict` writes these rows to its CSV; the served detector returns them.
+    """
+    f = detector.features
+    max_clips = max(1, budget // (f.n_long * f.n_short))       # a part is about one batch
+    rows = _RowAssembler(detector)
+    items = _prepare_all(recordings, detector, min_fraction, max_clips)
+    for group in _groups(items, budget):
+        scored = _score_group(group, detector, model, runtime, budget)
+        yield [row for item, probs in scored if (row := rows.add(item, probs)) is not None]
 
 
 def _groups(items: Iterator[Prepared | Failed],

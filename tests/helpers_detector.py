@@ -23,17 +23,19 @@ import numpy as np
 import torch
 
 from leakpipe.config import FeatureConfig, ModelConfig
-from leakpipe.constants import KNOWN_CLASSES
+from leakpipe.constants import BINARY_CLASSES, KNOWN_CLASSES
 from leakpipe.data.schema import leak_index, task_classes
 from leakpipe.data.writer import SplitWriter
 from leakpipe.decision.voting import VotingConfig
 from leakpipe.detector import Detector, save_detector
 from leakpipe.model import LeakCNN, create_model
+from leakpipe.scoring.batching import BatchLimits
 from tests.helpers_h5 import SMALL_FEATURES
 
 OFFSET = 12.0            # log-mel value of a segment with probability 0.5 (ReLUs need v >= 0)
 PROB_CLIP = 1e-4         # probabilities are kept inside (PROB_CLIP, 1 - PROB_CLIP)
 TINY_MODEL = ModelConfig(widths=(4, 4, 4), dropout=0.0, pool_h=2, hidden=4)
+SMALL_MODEL = ModelConfig(widths=(4, 4, 4), dropout=0.0, pool_h=2, hidden=8)
 
 
 def set_known_weights(model: LeakCNN, leak: int) -> LeakCNN:
@@ -106,6 +108,22 @@ def write_plan(path: Path, placement: str = "ram") -> Path:
     path.write_text(json.dumps(plan))
     return path
 
+
+
+LIMITS = BatchLimits(max_segments=16384, cpu_max_segments=1024, safety=0.5,
+                     host_reserve_mb=512.0, device_reserve_mb=1024.0)
+
+
+def save_small_detector(path: Path, model: torch.nn.Module, input_norm: str,
+          limits: BatchLimits | None = LIMITS, min_clip_fraction: float | None = 0.5) -> Path:
+    """``model`` (SMALL_MODEL, binary, on SMALL_FEATURES) as a detector file: blend /
+    long_vote at 0.5, with its own scoring rules unless they are None."""
+    save_detector(path, Detector(
+        model=model, model_cfg=SMALL_MODEL, class_names=BINARY_CLASSES,
+        data_class_names=KNOWN_CLASSES, binary=True, features=SMALL_FEATURES,
+        voting=VotingConfig(prob_mode="blend", rule="long_vote"), threshold=0.5, metrics={},
+        input_norm=input_norm, batch_limits=limits, min_clip_fraction=min_clip_fraction))
+    return path
 
 
 @functools.cache

@@ -18,7 +18,9 @@ Where a change goes (docs/architecture.md says the same):
 - inference (the exact fast form), index, preload, validate, build: what the early stages do;
 - scoring: the one loop that runs a network over batches of whole files;
 - detector: the network and detector files;
-- train, evaluate, predict: the three users of a network, peers;
+- predict: leak decisions for recordings (files, or waveforms in memory);
+- serve: predict as an MLflow pyfunc model (evaluate logs it);
+- train, evaluate: the stages that fit and judge a network, peers;
 - tune (calls train's fit), baselines (reuses evaluate's figures), realcheck (all three);
 - commands: argument parsing, one call each; then cli, the dispatch table.
 """
@@ -45,7 +47,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("inference", "index", "preload", "validate", "build"),
     ("scoring",),
     ("detector",),
-    ("train", "evaluate", "predict"),
+    ("predict",),
+    ("serve",),
+    ("train", "evaluate"),
     ("tune", "baselines", "realcheck"),
     ("commands",),
     ("cli",),
@@ -124,7 +128,8 @@ def test_no_import_cycles() -> None:
     assert cycles == []
 
 
-@pytest.mark.parametrize(("unit", "expected"), [("train", 9), ("scoring", 7), ("cli", 12)])
+@pytest.mark.parametrize(("unit", "expected"),
+                         [("train", 11), ("scoring", 7), ("serve", 10), ("cli", 14)])
 def test_layer_table_reads_as_documented(unit: str, expected: int) -> None:
     assert LAYER_OF[unit] == expected
 

@@ -14,23 +14,29 @@ import torch
 from leakpipe import tracking
 from leakpipe.audio.io import load_clips
 from leakpipe.cli import main
-from leakpipe.config import ModelConfig, load_section
-from leakpipe.constants import BINARY_CLASSES, KNOWN_CLASSES
+from leakpipe.config import load_section
+from leakpipe.constants import BINARY_CLASSES
 from leakpipe.data.input_norm import normalize_clips
-from leakpipe.decision.voting import VotingConfig, file_scores, segment_leak_prob
-from leakpipe.detector import Detector, load_detector, save_detector
+from leakpipe.decision.voting import file_scores, segment_leak_prob
+from leakpipe.detector import load_detector
 from leakpipe.errors import DataError
 from leakpipe.features.mel import clip_features
 from leakpipe.files import save_torch_atomic
 from leakpipe.model import create_model
 from leakpipe.predict import COLUMNS, scoring_rules
-from leakpipe.scoring.batching import BatchLimits
+from leakpipe.serve import log_served_detector
 from tests.conftest import PARAMS
-from tests.helpers_detector import copied_store, one_torch_thread, restore_logging
+from tests.helpers_detector import (
+    LIMITS,
+    SMALL_MODEL,
+    copied_store,
+    one_torch_thread,
+    restore_logging,
+    save_small_detector,
+)
 from tests.helpers_h5 import SMALL_FEATURES
 
 RATE = SMALL_FEATURES.sample_rate          # 4096 Hz, 1 s clips, 7 long segments per clip
-MODEL = ModelConfig(widths=(4, 4, 4), dropout=0.0, pool_h=2, hidden=8)
 # (name, seconds, sample rate, channels, subtype)
 FORMATS = [
     ("pcm16.wav", 1.0, RATE, 1, "PCM_16"),
@@ -51,23 +57,9 @@ _one_thread = pytest.fixture(autouse=True)(one_torch_thread)
 def detector_path(tmp_path: Path) -> Path:
     """A random-weight binary detector on the small feature config, long_vote at 0.5."""
     torch.manual_seed(0)
-    model = create_model(MODEL, len(BINARY_CLASSES))
+    model = create_model(SMALL_MODEL, len(BINARY_CLASSES))
     path = tmp_path / "detector.pt"
-    return _save(path, model.eval(), "none")
-
-
-LIMITS = BatchLimits(max_segments=16384, cpu_max_segments=1024, safety=0.5,
-                     host_reserve_mb=512.0, device_reserve_mb=1024.0)
-
-
-def _save(path: Path, model: torch.nn.Module, input_norm: str,
-          limits: BatchLimits | None = LIMITS, min_clip_fraction: float | None = 0.5) -> Path:
-    save_detector(path, Detector(
-        model=model, model_cfg=MODEL, class_names=BINARY_CLASSES,
-        data_class_names=KNOWN_CLASSES, binary=True, features=SMALL_FEATURES,
-        voting=VotingConfig(prob_mode="blend", rule="long_vote"), threshold=0.5, metrics={},
-        input_norm=input_norm, batch_limits=limits, min_clip_fraction=min_clip_fraction))
-    return path
+    return save_small_detector(path, model.eval(), "none")
 
 
 @pytest.fixture
@@ -171,7 +163,7 @@ def test_model_loads_from_an_mlflow_uri(tmp_path: Path, recordings: Path, detect
     monkeypatch.setenv("DVC_ROOT", str(tmp_path))
     monkeypatch.setenv("MLFLOW_TRACKING_URI", copied_store(tmp_path / "mlruns"))
     with tracking.start_run("evaluate"):
-        uri = tracking.log_detector(detector_path)
+        uri = log_served_detector(detector_path)
     assert uri.startswith("models:/")
     by_file, by_uri = tmp_path / "file.csv", tmp_path / "uri.csv"
     assert _predict(recordings / "pcm16.wav", "--model", detector_path, "--out", by_file) == 0
@@ -182,8 +174,8 @@ def test_model_loads_from_an_mlflow_uri(tmp_path: Path, recordings: Path, detect
 
 def _detector(path: Path, input_norm: str) -> Path:
     torch.manual_seed(0)
-    model = create_model(MODEL, len(BINARY_CLASSES)).eval()
-    return _save(path, model, input_norm)
+    model = create_model(SMALL_MODEL, len(BINARY_CLASSES)).eval()
+    return save_small_detector(path, model, input_norm)
 
 
 def test_detector_carries_input_norm_and_version_1_files_mean_none(tmp_path: Path) -> None:
@@ -232,12 +224,12 @@ def test_scoring_rules_come_from_the_detector_or_else_from_params(tmp_path: Path
     """evaluate stores the batch caps and the shortest usable recording in the detector;
     a detector written before that takes them from params.yaml, and without one says so."""
     torch.manual_seed(0)
-    model = create_model(MODEL, len(BINARY_CLASSES)).eval()
-    own = load_detector(_save(tmp_path / "own.pt", model, "none",
+    model = create_model(SMALL_MODEL, len(BINARY_CLASSES)).eval()
+    own = load_detector(save_small_detector(tmp_path / "own.pt", model, "none",
                               dataclasses.replace(LIMITS, cpu_max_segments=7), 0.9))
     rules = scoring_rules(own, tmp_path / "absent.yaml")
     assert rules.limits.cap(torch.device("cpu")) == 7 and rules.min_clip_fraction == 0.9
-    old = load_detector(_save(tmp_path / "old.pt", model, "none", None, None))
+    old = load_detector(save_small_detector(tmp_path / "old.pt", model, "none", None, None))
     from_params = scoring_rules(old, PARAMS)
     evaluate, build = load_section(PARAMS, "evaluate"), load_section(PARAMS, "build")
     assert from_params.limits.cpu_max_segments == evaluate.cpu_max_batch_segments
@@ -248,12 +240,12 @@ def test_scoring_rules_come_from_the_detector_or_else_from_params(tmp_path: Path
 
 def test_a_recording_shorter_than_the_detectors_minimum_is_refused(tmp_path: Path) -> None:
     torch.manual_seed(0)
-    model = create_model(MODEL, len(BINARY_CLASSES)).eval()
-    strict = _save(tmp_path / "strict.pt", model, "none", LIMITS, 0.9)
+    model = create_model(SMALL_MODEL, len(BINARY_CLASSES)).eval()
+    strict = save_small_detector(tmp_path / "strict.pt", model, "none", LIMITS, 0.9)
     sf.write(tmp_path / "short.wav", np.zeros(int(0.5 * RATE), np.float32), RATE)
     out = tmp_path / "out.csv"
     assert _predict(tmp_path / "short.wav", "--model", strict, "--out", out) == 0
     assert _rows(out)["short.wav"]["status"] == "error"
-    lenient = _save(tmp_path / "lenient.pt", model, "none", LIMITS, 0.1)
+    lenient = save_small_detector(tmp_path / "lenient.pt", model, "none", LIMITS, 0.1)
     assert _predict(tmp_path / "short.wav", "--model", lenient, "--out", out) == 0
     assert _rows(out)["short.wav"]["status"] == "ok"

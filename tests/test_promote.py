@@ -25,6 +25,7 @@ from leakpipe.detector import load_detector, save_detector
 from leakpipe.errors import DataError
 from leakpipe.evaluate.bootstrap import Interval
 from leakpipe.evaluate.promotion import EXIT_REFUSED, Comparison, decide
+from leakpipe.serve import log_served_detector
 from tests.conftest import PARAMS
 from tests.helpers_detector import (
     copied_store,
@@ -88,7 +89,7 @@ def _alias(alias: str) -> str | None:
 def _register_candidate(path: Path) -> str:
     """What evaluate does with a detector file: log it, register a version, alias candidate."""
     with tracking.start_run("evaluate") as run:
-        uri = tracking.log_detector(path)
+        uri = log_served_detector(path)
         version = tracking.register_detector(uri, NAME, {tracking.TAG_EVALUATE_RUN: run.run_id})
     tracking.set_alias(NAME, tracking.ALIAS_CANDIDATE, version)
     return version

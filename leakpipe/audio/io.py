@@ -6,6 +6,9 @@ read up to the last whole frame with one WARNING, and if libsndfile refuses such
 the frames are decoded here from the RIFF chunks with numpy. Every unusable recording raises
 ``AudioError`` with a one-line message naming the file and the reason.
 
+``waveform_source`` wraps samples already in memory (a served request) so they take the same
+path as a file's.
+
 A recording of any length is read in bounded memory: ``open_audio`` reads its header,
 ``plan_clips`` places the clips, and ``stream_clips`` decodes the file once, front to back, in
 blocks of ``BLOCK_FRAMES`` frames, hands each block to the caller (the signal checks of
@@ -68,6 +71,31 @@ class AudioSource:
     claimed_frames: int | None  # a truncated WAV's header frame count; None if whole
     layout: WavLayout | None   # its RIFF chunks, if it is a WAV
     refused: str = ""           # libsndfile's reason if it refused the file: RIFF-decoded
+    samples: np.ndarray | None = None  # (frames, channels) float32 of an in-memory recording
+
+
+def waveform_source(name: str, samples: np.ndarray, sample_rate: int) -> AudioSource:
+    """A recording already in memory (a served request's waveform) as an ``AudioSource``.
+
+    ``samples`` is (frames,) mono or (frames, channels), full scale = 1; it is read exactly as a
+    FLOAT file's decoded samples would be, so the same samples give the same clips as a file.
+    ``name`` stands for the path in messages and rows. Raises ``AudioError`` for a rate that is
+    not a positive integer, a shape that is not 1-D or 2-D, or no frames.
+    """
+    data = np.asarray(samples)
+    if data.ndim == 1:
+        data = data[:, None]
+    if data.ndim != 2 or not data.shape[1]:
+        raise AudioError(f"{name}: waveform must be (frames,) or (frames, channels), "
+                         f"got shape {np.shape(samples)}")
+    if not data.shape[0]:
+        raise AudioError(f"{name}: empty (no audio frames)")
+    if not np.issubdtype(data.dtype, np.number) or np.iscomplexobj(data):
+        raise AudioError(f"{name}: waveform must hold real numbers, got {data.dtype}")
+    if isinstance(sample_rate, bool) or int(sample_rate) != sample_rate or sample_rate <= 0:
+        raise AudioError(f"{name}: sample rate must be a positive integer, got {sample_rate!r}")
+    return AudioSource(Path(name), int(sample_rate), data.shape[1], data.shape[0], "FLOAT",
+                       None, None, samples=np.ascontiguousarray(data, dtype=np.float32))
 
 
 def read_audio(path: Path) -> tuple[np.ndarray, int]:
@@ -194,6 +222,10 @@ class _Decoder:
 
     def __iter__(self) -> Iterator[np.ndarray]:
         source, done = self.source, 0
+        if source.samples is not None:
+            for start in range(0, source.frames, BLOCK_FRAMES):
+                yield source.samples[start:start + BLOCK_FRAMES]
+            return
         if not source.refused:
             try:
                 with sf.SoundFile(source.path) as f:

@@ -117,7 +117,9 @@ def _log_evaluation(run: Tracker, evaluation: Evaluation, paths: EvaluatePaths) 
         run.log_artifact(path, f"{STAGE}/plots")
     if run.run_id is None:
         return None
-    uri = tracking.log_detector(paths.detector)
+    from leakpipe.serve import log_served_detector  # imports mlflow: only when logging
+
+    uri = log_served_detector(paths.detector)
     run.set_tags({tracking.TAG_DETECTOR_URI: uri})
     return uri
 

@@ -1,4 +1,5 @@
-"""Detector files as MLflow logged models: logging one, registering it, fetching one by URI.
+"""Detector files as MLflow logged models: logging one (``log_pyfunc``: `leakpipe.serve` makes
+it servable), registering it, fetching one by URI.
 
 The registry: evaluate registers each detector it logs as a new version of one registered
 model (``register_detector``) and points the alias ``candidate`` at it; `leakpipe promote` reads
@@ -9,14 +10,14 @@ or ``models:/<name>/<version>``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from leakpipe.errors import DataError, LeakpipeError
 from leakpipe.tracking.names import DETECTOR_SUFFIX, VERSION_SOURCE_TAGS
-from leakpipe.tracking.runs import scratch_dir, tracking_uri
+from leakpipe.tracking.runs import tracking_uri
 
 LOGGED_MODEL_PREFIX = "models:/"
 
@@ -43,23 +44,32 @@ class DetectorVersion:
         return f"{self.name} v{self.version}"
 
 
-def log_detector(path: Path, name: str = "detector") -> str:
-    """Log a detector file as an MLflow logged model of the active run; its ``models:/`` URI.
+def log_pyfunc(name: str, *, code: Path, artifacts: Mapping[str, Path], signature: Any,
+               input_example: Any, requirements: Sequence[str],
+               code_paths: Sequence[Path] = ()) -> str:
+    """Log an MLflow pyfunc model "from code" into the active run; its ``models:/`` URI.
 
-    The model holds the detector file itself (weights, features, voting rule, threshold), so
-    ``download_model(uri)`` gives back exactly what `leakpipe predict` needs.
+    ``code`` is the file MLflow runs to build the model at load time (it calls ``set_model``);
+    ``artifacts`` are files the model reads (``context.artifacts``); ``requirements`` are
+    distribution names, pinned here to their installed versions rather than inferred (inference
+    loads the model once more in a subprocess). The input example is logged as given and not
+    run at logging time: the serve test runs the logged model.
     """
-    import mlflow
+    import mlflow.pyfunc
 
-    run = mlflow.active_run()
-    model = mlflow.initialize_logged_model(
-        name=name, source_run_id=run.info.run_id if run else None,
-        experiment_id=run.info.experiment_id if run else None)
-    with scratch_dir() as folder:
-        (folder / path.name).write_bytes(Path(path).read_bytes())
-        mlflow.MlflowClient().log_model_artifacts(model.model_id, str(folder))
-    mlflow.finalize_logged_model(model.model_id, "READY")
-    return f"{LOGGED_MODEL_PREFIX}{model.model_id}"
+    info = mlflow.pyfunc.log_model(
+        name=name, python_model=str(code),
+        artifacts={key: str(path) for key, path in artifacts.items()},
+        signature=signature, input_example=input_example,
+        pip_requirements=pinned(requirements), code_paths=[str(p) for p in code_paths])
+    return f"{LOGGED_MODEL_PREFIX}{info.model_id}"
+
+
+def pinned(names: Sequence[str]) -> list[str]:
+    """``name==<installed version>`` for each distribution (a local build suffix dropped)."""
+    from importlib.metadata import version
+
+    return [f"{n}=={version(n).split('+')[0]}" for n in names]
 
 
 def is_model_uri(text: str) -> bool:

@@ -1,0 +1,38 @@
+"""The detector as an MLflow model: recordings in, `leakpipe predict`'s rows out.
+
+evaluate logs ``models/detector.pt`` as an MLflow pyfunc model (``log_served_detector``), so
+``mlflow models serve -m models:/leakpipe-detector@champion --env-manager local`` answers a
+client with file decisions, not segment scores: the same segmentation, voting, threshold and
+rule as `leakpipe predict`, through the same code (``predict.score_recordings``).
+
+The model is logged "from code": MLflow runs ``serve/model_code.py`` at load time, which builds a
+``DetectorModel`` around the detector file (an artifact of the model). No pickled Python object
+is stored, and the leakpipe package travels with the model (``code_paths``), so it loads
+wherever its pinned requirements are installed.
+
+Input, one row per recording (``INPUT_SCHEMA``): ``waveform``, the samples as a list of numbers
+(mono, full scale = 1: a client mixes channels down and reads PCM as float, as soundfile's
+``dtype="float32"`` does), ``sample_rate`` in Hz (any integer rate: it is resampled to the
+model's), and an optional ``id`` echoed back (default ``recording-<row>``). File paths are not
+accepted: a served model would then read files on the server's disk for whoever asks; files are
+`leakpipe predict`'s input.
+
+Output, one row per recording in input order: ``id`` and then predict's columns (``status``,
+``leak_prob``, ``decision``, ``threshold``, ``rule``, ``prob_mode``, ``vote_fraction``,
+``frac_long_over``, ``n_long``, ``duration_s``, ``long_starts_s``, ``long_probs``, ``notes``),
+the timeline as two lists of numbers. A recording that cannot be used (too short, non-finite
+samples, a bad rate) gets ``status`` "error" and its reason in ``notes``; the others are still
+answered.
+"""
+
+from leakpipe.serve.model import (
+    INPUT_SCHEMA,
+    OUTPUT_COLUMNS,
+    DetectorModel,
+    input_example,
+    log_served_detector,
+    served_rows,
+)
+
+__all__ = ["INPUT_SCHEMA", "OUTPUT_COLUMNS", "DetectorModel", "input_example",
+           "log_served_detector", "served_rows"]

@@ -1,0 +1,177 @@
+"""The served detector: the MLflow model evaluate logs answers recordings like `leakpipe predict`.
+
+Real pieces throughout: a detector file logged into a real SQLite MLflow store, loaded with
+``mlflow.pyfunc.load_model`` and served by ``mlflow models serve --env-manager local`` on a free
+loopback port; two generated WAVs at different sample rates go to both and to `leakpipe predict`.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import mlflow
+import numpy as np
+import pandas as pd
+import pytest
+import soundfile as sf
+import torch
+
+from leakpipe.cli import main
+from leakpipe.constants import BINARY_CLASSES
+from leakpipe.detector import load_detector
+from leakpipe.errors import DataError
+from leakpipe.model import create_model
+from leakpipe.predict import COLUMNS
+from leakpipe.serve import OUTPUT_COLUMNS, input_example, log_served_detector
+from leakpipe.serve.model import served_rules
+from leakpipe.tracking import start_run
+from tests.helpers_detector import SMALL_MODEL, copied_store, save_small_detector
+from tests.test_ui import HOST, _free_port, _stop, _wait_for
+
+# (name, seconds, sample rate, subtype): two rates, neither the model's (4096 Hz), and a
+# recording of two clips and a half
+WAVS = [("a.wav", 2.5, 8000, "PCM_16"), ("b.wav", 1.5, 44100, "PCM_24")]
+NUMBERS = ("leak_prob", "threshold", "vote_fraction", "frac_long_over", "duration_s")
+TEXTS = ("status", "decision", "rule", "prob_mode", "notes")
+
+
+@dataclass(frozen=True)
+class Served:
+    root: Path
+    detector: Path
+    uri: str           # models:/m-... of the logged model
+    store: str         # the tracking URI it lives in
+    wavs: list[Path]
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    """A random-weight detector logged as evaluate logs it, and two WAVs to score."""
+    root = tmp_path_factory.mktemp("serve")
+    torch.manual_seed(0)
+    detector = save_small_detector(root / "detector.pt",
+                                   create_model(SMALL_MODEL, len(BINARY_CLASSES)).eval(), "none")
+    rng = np.random.default_rng(0)
+    wavs = []
+    for name, seconds, rate, subtype in WAVS:
+        signal = 0.3 * rng.standard_normal(int(seconds * rate))
+        sf.write(root / name, signal.astype(np.float32), rate, subtype=subtype)
+        wavs.append(root / name)
+    with pytest.MonkeyPatch.context() as patch:
+        store = copied_store(root / "mlruns")
+        patch.setenv("DVC_ROOT", str(root))
+        patch.setenv("MLFLOW_TRACKING_URI", store)
+        with start_run("evaluate"):
+            uri = log_served_detector(detector)
+        yield Served(root, detector, uri, store, wavs)
+
+
+def _records(wavs: list[Path]) -> list[dict]:
+    """What a client sends: each file's samples as soundfile reads them, its rate, its name."""
+    records = []
+    for path in wavs:
+        samples, rate = sf.read(path, dtype="float32")
+        records.append({"waveform": samples.tolist(), "sample_rate": rate, "id": path.name})
+    return records
+
+
+def _predicted(served: Served) -> dict[str, dict[str, str]]:
+    out = served.root / "predict.csv"
+    assert main(["predict", *map(str, served.wavs), "--model", str(served.detector),
+                 "--out", str(out), "--no-progress", "--device", "cpu"]) == 0
+    rows = pd.read_csv(out, dtype=str, keep_default_na=False).to_dict("records")
+    return {Path(row["path"]).name: row for row in rows}
+
+
+def _assert_same(answer: dict, row: dict[str, str]) -> None:
+    """A served answer carries exactly the figures of predict's CSV row for the same file."""
+    assert answer["status"] == "ok", answer["notes"]
+    for key in NUMBERS:
+        assert answer[key] == float(row[key]), key
+    assert answer["n_long"] == int(row["n_long"])
+    for key in TEXTS:
+        assert answer[key] == row[key], key
+    for key in ("long_starts_s", "long_probs"):
+        assert list(answer[key]) == [float(v) for v in row[key].split()], key
+
+
+def test_logged_model_is_an_mlflow_model_with_a_batch_free_signature(served: Served) -> None:
+    info = mlflow.models.get_model_info(served.uri)
+    assert info.flavors["python_function"]
+    inputs = info.signature.inputs.to_dict()
+    assert [(c["name"], c["required"]) for c in inputs] == [
+        ("waveform", True), ("sample_rate", True), ("id", False)]
+    assert [c["name"] for c in info.signature.outputs.to_dict()] == list(OUTPUT_COLUMNS)
+    assert OUTPUT_COLUMNS[1:] == COLUMNS[1:]                 # predict's columns, id for path
+    example = mlflow.models.Model.load(served.uri).load_input_example()
+    assert len(example) == 2 and sorted(example["sample_rate"]) == [2000, 3000]
+    model = mlflow.pyfunc.load_model(served.uri)
+    for rows in (1, 2):          # neither the example nor the signature fixes a batch size
+        answer = model.predict(input_example(load_detector(served.detector)).head(rows))
+        assert list(answer["status"]) == ["ok"] * rows
+
+
+def test_loaded_model_answers_like_predict(served: Served) -> None:
+    model = mlflow.pyfunc.load_model(served.uri)
+    answers = model.predict(pd.DataFrame(_records(served.wavs))).to_dict("records")
+    rows = _predicted(served)
+    assert [a["id"] for a in answers] == ["a.wav", "b.wav"]
+    for answer in answers:
+        _assert_same(answer, rows[answer["id"]])
+    assert answers[0]["n_long"] == 7 * 3                    # 2.5 s: three 1 s clips
+
+
+def test_unusable_recordings_get_error_rows_and_the_rest_an_answer(served: Served) -> None:
+    good = _records(served.wavs[:1])[0]
+    frame = pd.DataFrame([
+        {"waveform": [0.1] * 100, "sample_rate": 8000, "id": "short"},
+        {**good, "id": "nan", "waveform": [float("nan")] + good["waveform"][1:]},
+        {**good, "id": "rate", "sample_rate": 0},
+        good,
+        {"waveform": good["waveform"], "sample_rate": 8000},
+    ])
+    answers = mlflow.pyfunc.load_model(served.uri).predict(frame).to_dict("records")
+    assert [a["id"] for a in answers] == ["short", "nan", "rate", "a.wav", "recording-4"]
+    assert [a["status"] for a in answers] == ["error"] * 3 + ["ok"] * 2
+    assert "too short" in answers[0]["notes"] and answers[0]["notes"].startswith("short:")
+    assert "non-finite" in answers[1]["notes"]
+    assert "positive integer" in answers[2]["notes"]
+    assert answers[0]["leak_prob"] is None and answers[0]["long_probs"] == []
+    assert answers[3]["leak_prob"] == answers[4]["leak_prob"]
+
+
+def test_a_detector_without_scoring_rules_is_refused(tmp_path: Path) -> None:
+    old = save_small_detector(tmp_path / "old.pt",
+                              create_model(SMALL_MODEL, len(BINARY_CLASSES)).eval(), "none",
+                              None, None)
+    with pytest.raises(DataError, match="re-run evaluate"):
+        served_rules(load_detector(old))
+
+
+@pytest.mark.slow
+def test_mlflow_models_serve_answers_like_predict(served: Served) -> None:
+    """`mlflow models serve --env-manager local` on loopback; two WAVs posted as JSON."""
+    port = _free_port()
+    bin_dir = str(Path(sys.executable).parent)      # uvicorn, as the venv installs it
+    env = {**os.environ, "MLFLOW_TRACKING_URI": served.store, "DVC_ROOT": str(served.root),
+           "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
+    log = (served.root / "serve.log").open("w")
+    server = subprocess.Popen(
+        [sys.executable, "-m", "mlflow", "models", "serve", "-m", served.uri,
+         "--env-manager", "local", "-h", HOST, "-p", str(port)],
+        cwd=served.root, env=env, start_new_session=True, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        body = {"dataframe_records": _records(served.wavs)}
+        answers = _wait_for(f"http://{HOST}:{port}/invocations", body, server)["predictions"]
+    finally:
+        _stop(server)
+        log.close()
+    rows = _predicted(served)
+    assert [a["id"] for a in answers] == ["a.wav", "b.wav"]
+    for answer in answers:
+        _assert_same(answer, rows[answer["id"]])
