@@ -1,13 +1,15 @@
 """The served detector: the MLflow model evaluate logs answers recordings like `leakpipe predict`.
 
-Real pieces throughout: a detector file logged into a real SQLite MLflow store, loaded with
-``mlflow.pyfunc.load_model`` and served by ``mlflow models serve --env-manager local`` on a free
-loopback port; two generated WAVs at different sample rates go to both and to `leakpipe predict`.
+Real pieces throughout: a detector file logged into a real SQLite MLflow store and registered
+as its champion, loaded with ``mlflow.pyfunc.load_model`` and served by `leakpipe serve` (which
+runs ``mlflow models serve --env-manager local``) on a free loopback port; two generated WAVs
+at different sample rates go to both and to `leakpipe predict`.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -17,10 +19,12 @@ from pathlib import Path
 import mlflow
 import numpy as np
 import pandas as pd
+import psutil
 import pytest
 import soundfile as sf
 import torch
 
+from leakpipe import tracking
 from leakpipe.cli import main
 from leakpipe.constants import BINARY_CLASSES
 from leakpipe.detector import load_detector
@@ -29,13 +33,15 @@ from leakpipe.model import create_model
 from leakpipe.predict import COLUMNS
 from leakpipe.serve import OUTPUT_COLUMNS, input_example, log_served_detector
 from leakpipe.serve.model import served_rules
+from leakpipe.serve.server import default_model, serve_command
 from leakpipe.tracking import start_run
 from tests.helpers_detector import SMALL_MODEL, copied_store, save_small_detector
-from tests.test_ui import HOST, _free_port, _stop, _wait_for
+from tests.test_ui import HOST, STOP_S, _free_port, _listening_addresses, _stop, _wait_for
 
 # (name, seconds, sample rate, subtype): two rates, neither the model's (4096 Hz), and a
 # recording of two clips and a half
 WAVS = [("a.wav", 2.5, 8000, "PCM_16"), ("b.wav", 1.5, 44100, "PCM_24")]
+NAME = "leakpipe-detector"
 NUMBERS = ("leak_prob", "threshold", "vote_fraction", "frac_long_over", "duration_s")
 TEXTS = ("status", "decision", "rule", "prob_mode", "notes")
 
@@ -68,6 +74,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
         patch.setenv("MLFLOW_TRACKING_URI", store)
         with start_run("evaluate"):
             uri = log_served_detector(detector)
+        tracking.set_alias(NAME, tracking.ALIAS_CHAMPION, tracking.register_detector(uri, NAME))
         yield Served(root, detector, uri, store, wavs)
 
 
@@ -153,21 +160,35 @@ def test_a_detector_without_scoring_rules_is_refused(tmp_path: Path) -> None:
         served_rules(load_detector(old))
 
 
+def test_serve_runs_mlflow_models_serve_in_this_environment() -> None:
+    command = serve_command("models:/x@champion", HOST, 5001, 1)
+    assert command[1:5] == ["-m", "mlflow", "models", "serve"]
+    assert command[command.index("--env-manager") + 1] == "local"
+    assert command[command.index("-h") + 1] == HOST
+    with pytest.raises(DataError, match="--model"):
+        default_model("")
+
+
 @pytest.mark.slow
-def test_mlflow_models_serve_answers_like_predict(served: Served) -> None:
-    """`mlflow models serve --env-manager local` on loopback; two WAVs posted as JSON."""
+def test_served_champion_answers_like_predict_and_stops_on_sigterm(served: Served) -> None:
+    """`leakpipe serve` (``mlflow models serve --env-manager local``) on a free loopback port
+    serves ``models:/<name>@champion``; two WAVs at two rates are posted as JSON, and SIGTERM
+    stops the server with its workers."""
     port = _free_port()
-    bin_dir = str(Path(sys.executable).parent)      # uvicorn, as the venv installs it
-    env = {**os.environ, "MLFLOW_TRACKING_URI": served.store, "DVC_ROOT": str(served.root),
-           "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
+    env = {**os.environ, "MLFLOW_TRACKING_URI": served.store, "DVC_ROOT": str(served.root)}
     log = (served.root / "serve.log").open("w")
     server = subprocess.Popen(
-        [sys.executable, "-m", "mlflow", "models", "serve", "-m", served.uri,
-         "--env-manager", "local", "-h", HOST, "-p", str(port)],
+        [sys.executable, "-m", "leakpipe.cli", "serve", "--model", default_model(NAME),
+         "--port", str(port)],
         cwd=served.root, env=env, start_new_session=True, stdout=log, stderr=subprocess.STDOUT)
     try:
         body = {"dataframe_records": _records(served.wavs)}
         answers = _wait_for(f"http://{HOST}:{port}/invocations", body, server)["predictions"]
+        assert _listening_addresses(port) == {HOST}
+        workers = psutil.Process(server.pid).children(recursive=True)
+        server.send_signal(signal.SIGTERM)               # the command itself, not its group
+        assert server.wait(STOP_S) == 128 + signal.SIGTERM
+        assert not [w for w in workers if w.is_running() and w.status() != "zombie"]
     finally:
         _stop(server)
         log.close()

@@ -72,6 +72,21 @@ def pinned(names: Sequence[str]) -> list[str]:
     return [f"{n}=={version(n).split('+')[0]}" for n in names]
 
 
+def model_flavors(uri: str) -> set[str]:
+    """The flavors of the MLflow model ``uri`` (``python_function`` if it can be served); a
+    ``DataError`` naming the URI when there is no such model or it has no MLmodel file."""
+    import mlflow
+    from mlflow.exceptions import MlflowException
+
+    mlflow.set_tracking_uri(tracking_uri())
+    try:
+        return set(mlflow.models.get_model_info(uri).flavors)
+    except MlflowException as exc:
+        raise DataError(f"{uri}: not an MLflow model here ({exc.message})") from None
+    except OSError as exc:                   # a model folder without an MLmodel file
+        raise DataError(f"{uri}: not an MLflow model ({exc})") from None
+
+
 def is_model_uri(text: str) -> bool:
     return "://" in text or text.startswith(("models:/", "runs:/"))
 

@@ -1,4 +1,5 @@
-"""The MLflow UI server on the project's tracking store, and stopping it completely.
+"""The MLflow UI server on the project's tracking store, and stopping it (or any server that
+``serve`` runs: `leakpipe serve` too) completely.
 
 ``mlflow server`` runs its web workers as child processes, so stopping only the process
 started here would leave them serving. The server gets a process group of its own, and a stop
@@ -14,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 
 from leakpipe.tracking.names import DEFAULT_EXPERIMENT
 from leakpipe.tracking.runs import artifact_root, tracking_uri
@@ -65,10 +67,12 @@ def server_command(uri: str, host: str, port: int) -> list[str]:
             "--workers", "1"]
 
 
-def serve(command: list[str]) -> int:
-    """Run ``command`` in a process group of its own until it exits or this process gets a stop
-    signal; then end the whole group. Returns the server's exit code, or 128 + the signal."""
-    server = subprocess.Popen(command, start_new_session=True)
+def serve(command: list[str], env: Mapping[str, str] | None = None) -> int:
+    """Run ``command`` (in environment ``env``, default this one's) in a process group of its own
+    until it exits or this process gets a stop signal; then end the whole group. Returns the
+    server's exit code, or 128 + the signal."""
+    server = subprocess.Popen(command, start_new_session=True,
+                              env=dict(env) if env is not None else None)
     received: list[int] = []
     previous = {sig: signal.signal(sig, lambda signum, _frame: received.append(signum))
                 for sig in STOP_SIGNALS}
@@ -91,7 +95,7 @@ def _wait(server: subprocess.Popen, received: list[int]) -> int:
         except subprocess.TimeoutExpired:
             pass
         if received and deadline is None:
-            log.info("ui: stopping the MLflow server (signal %d)", received[0])
+            log.info("stopping the server (signal %d)", received[0])
             _signal_group(server, signal.SIGTERM)
             deadline = time.monotonic() + STOP_TIMEOUT_S
         elif deadline is not None and time.monotonic() > deadline:

@@ -1,0 +1,57 @@
+"""`leakpipe serve`: a registered detector behind MLflow's scoring server, on loopback.
+
+It runs ``mlflow models serve -m <model> --env-manager local`` (this environment: leakpipe and
+its pinned packages are already here) with the project's tracking store, so ``models:/`` URIs
+resolve in its registry, and stops the server's whole process group on Ctrl-C / SIGTERM /
+SIGHUP as `leakpipe ui` does. Clients POST recordings to ``/invocations`` (see
+``leakpipe.serve`` for the JSON) and ``GET /ping`` answers once the model is loaded.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from leakpipe import tracking
+from leakpipe.errors import DataError
+from leakpipe.tracking.server import serve
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 5001          # next to the MLflow UI's 5000
+SERVED_FLAVOR = "python_function"
+
+
+def default_model(registered_model: str) -> str:
+    """The version serving is meant to use: the registered model's ``champion``."""
+    if not registered_model:
+        raise DataError("evaluate.registered_model is empty (no registry in use); name the "
+                        "detector with --model")
+    return f"models:/{registered_model}@{tracking.ALIAS_CHAMPION}"
+
+
+def serve_command(model: str, host: str, port: int, workers: int) -> list[str]:
+    """The ``mlflow models serve`` command line for ``model``."""
+    return [sys.executable, "-m", "mlflow", "models", "serve", "-m", model,
+            "--env-manager", "local", "-h", host, "-p", str(port), "-w", str(workers)]
+
+
+def serve_environment() -> dict[str, str]:
+    """This environment with the project's tracking store and this interpreter's scripts first
+    on PATH (MLflow starts ``uvicorn`` by name; a venv not activated would not be found)."""
+    scripts = str(Path(sys.executable).parent)
+    return {**os.environ, "MLFLOW_TRACKING_URI": tracking.tracking_uri(),
+            "PATH": f"{scripts}{os.pathsep}{os.environ.get('PATH', '')}"}
+
+
+def run_serve(model: str, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
+              workers: int = 1) -> int:
+    """Serve ``model`` until a stop signal; returns the exit code. A URI that is not a servable
+    model (none there; a detector logged before detectors were MLflow models) is a
+    ``DataError`` before anything starts."""
+    if SERVED_FLAVOR not in tracking.model_flavors(model):
+        raise DataError(f"{model}: not a servable MLflow model (no {SERVED_FLAVOR} flavor); "
+                        "re-run evaluate to log the detector as one")
+    print(f"serve: {model} on http://{host}:{port}/invocations (GET /ping: ready; "
+          "Ctrl-C stops it)", flush=True)
+    return serve(serve_command(model, host, port, workers), env=serve_environment())
