@@ -7,7 +7,8 @@ each MLflow run maps back to a DVC experiment.
 
 A tracker also logs the trained network (``log_model``: ``mlflow.pytorch`` with a signature and
 an input example) and, when asked, MLflow's own system metrics (``system/*``: CPU, memory, GPU
-via psutil / nvidia-ml-py), sampled every ``system_metrics_interval_s``.
+via psutil / nvidia-ml-py), sampled every ``system_metrics_interval_s``. ``log_pyfunc`` logs a
+pyfunc model from code (the served detector, built in ``leakpipe.serve``).
 
 Modules: ``names`` (experiment, tag and artifact names), ``trackers`` (the ``Tracker``
 protocol, ``NullTracker``, ``MlflowTracker``), ``runs`` (the store, starting, finding and
