@@ -5,8 +5,10 @@
   temporary file and its rename): every re-run resumes, no checkpoint is ever unreadable, and
   the last re-run ends exactly like an uninterrupted run.
 * Two processes starting runs and logging metrics into one SQLite MLflow store at once.
-* Four queued DVC experiments run two at a time: all finish, each logs its runs into the
-  project's own store, no "database is locked".
+
+Four queued DVC experiments run two at a time (all finish, each logs its runs into the project's
+own store, no "database is locked") are the segmentation-grid study's test:
+tests/test_study_queue.py.
 
 A SIGKILLed tune worker (the study still ends with exactly its trial budget) is covered by
 tests/test_tune_workers.py::test_sigkill_of_a_worker_leaves_the_study_usable_and_complete; the
@@ -15,7 +17,6 @@ single SIGKILL / SIGINT / SIGTERM cases of the train stage by tests/test_train_s
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import subprocess
@@ -34,8 +35,7 @@ from leakpipe.files import TEST_WRITE_PAUSE_ENV, TEST_WRITE_PAUSE_MARK, temporar
 from leakpipe.tracking import TAG_STAGE
 from leakpipe.train import checkpoint as ck
 from leakpipe.train.stage import TAG_PREVIOUS_RUN
-from tests import test_pipeline, test_train_signals
-from tests.test_pipeline import BIN, _git, _run, _run_any, project_env
+from tests import test_train_signals
 from tests.test_train_signals import (
     STAGE,
     WAIT_S,
@@ -54,7 +54,6 @@ from tests.test_train_stage import (
 )
 
 # The other modules' fixtures (module-scoped: one instance for this module).
-project = test_pipeline.project              # a temporary git + DVC copy of the project, shrunk
 reference = test_train_signals.reference     # one uninterrupted run of the signal tests' stage
 
 # ---------------------------------------------------------------------------------------------
@@ -233,79 +232,3 @@ def test_two_processes_log_to_one_sqlite_store_at_once(tmp_path: Path) -> None:
             history = client.get_metric_history(run.info.run_id, f"m{k}")
             assert sorted((m.step, m.value) for m in history) == [
                 (s, s * 10.0 + k) for s in range(LOG_STEPS)]
-
-
-# ---------------------------------------------------------------------------------------------
-# Four queued DVC experiments, two at a time
-# ---------------------------------------------------------------------------------------------
-
-# `preload` is the cheapest stage that logs an MLflow run: the baseline runs the pipeline up to
-# it once, then each experiment re-runs only check, index (always changed) and preload.
-QUEUED = {"preload.safety": (0.6, 0.7, 0.85, 0.9)}
-QUEUE_WAIT_S = 240
-QUEUE_POLL_S = 4.0   # each `dvc queue status` takes CPU from the two experiments
-
-
-@pytest.mark.slow
-def test_four_queued_experiments_two_at_a_time(project: Path) -> None:
-    dvc = str(BIN / "dvc")
-    _run([dvc, "repro", "preload"], project)
-    _git(project, "add", "-A")
-    _git(project, "commit", "-qm", "baseline up to preload")
-    ((param, values),) = QUEUED.items()
-    sweep = f"{param}={','.join(map(str, values))}"              # one experiment per value
-    _run([dvc, "exp", "run", "--queue", "-S", sweep, "preload"], project)
-    try:
-        # not `_run`: the detached workers inherit its captured pipes, so it would return only
-        # once the queue is empty (and `dvc queue status` would never see a task running)
-        started = subprocess.run([dvc, "queue", "start", "-j", "2"], cwd=project,
-                                 env=project_env(project), stdout=subprocess.DEVNULL,
-                                 stderr=subprocess.DEVNULL, timeout=WAIT_S, check=False)
-        assert started.returncode == 0
-        table, most = _wait_for_queue(project)
-    finally:
-        _run_any([dvc, "queue", "stop", "--kill"], project)      # no worker outlives the test
-    assert most == 2, table                                      # two ran at once
-    names = _experiments(project, param)
-    assert sorted(names.values()) == sorted(values), names
-    status = [row for row in map(str.split, table.splitlines())
-              if len(row) > 1 and row[1] in names]
-    assert len(status) == 4 and all(row[-1] == "Success" for row in status), table
-    for name in names:
-        log = _run([dvc, "queue", "logs", name], project)
-        assert "Running stage 'preload'" in log and "database is locked" not in log, log
-    client = mlflow.MlflowClient(tracking_uri=f"sqlite:///{project / 'mlruns' / 'mlflow.db'}")
-    runs = client.search_runs([e.experiment_id for e in client.search_experiments()],
-                              filter_string=f"tags.`{TAG_STAGE}` = 'preload'")
-    queued = {r.data.tags["dvc.exp_name"]: r for r in runs if "dvc.exp_name" in r.data.tags}
-    assert set(queued) == set(names)                             # the project's own store
-    for name, run in queued.items():
-        assert run.info.status == "FINISHED"
-        assert float(run.data.params[param]) == names[name]
-
-
-def _wait_for_queue(root: Path) -> tuple[str, int]:
-    """Poll `dvc queue status` until nothing is queued or running: (last table, most running
-    at once)."""
-    deadline, most = time.monotonic() + QUEUE_WAIT_S, 0
-    while True:
-        table = _run([str(BIN / "dvc"), "queue", "status"], root)
-        rows = [line.split() for line in table.splitlines()]
-        most = max(most, sum(row[-1:] == ["Running"] for row in rows))
-        if not any(row[-1:] in (["Queued"], ["Running"]) for row in rows):
-            return table, most
-        assert time.monotonic() < deadline, table
-        time.sleep(QUEUE_POLL_S)
-
-
-def _experiments(root: Path, param: str) -> dict[str, float]:
-    """Experiment name -> its value of ``param`` (`dvc exp show --json`)."""
-    section, key = param.split(".")
-    out: dict[str, float] = {}
-    for rev in json.loads(_run([str(BIN / "dvc"), "exp", "show", "--json"], root)):
-        for exp in rev.get("experiments") or []:
-            for run in exp.get("revs") or []:
-                params = run["data"]["params"]["params.yaml"]["data"]
-                out[run["name"]] = params[section][key]
-    return out
-

@@ -21,7 +21,8 @@ Where a change goes (docs/architecture.md says the same):
 - predict: leak decisions for recordings (files, or waveforms in memory);
 - serve: predict as an MLflow pyfunc model (evaluate logs it);
 - train, evaluate: the stages that fit and judge a network, peers;
-- tune (calls train's fit), baselines (reuses evaluate's figures), realcheck (all three);
+- tune (calls train's fit), baselines (reuses evaluate's figures), realcheck (all three),
+  study (the segmentation grid as queued DVC experiments);
 - commands: argument parsing, one call each; then cli, the dispatch table.
 """
 
@@ -50,7 +51,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("predict",),
     ("serve",),
     ("train", "evaluate"),
-    ("tune", "baselines", "realcheck"),
+    ("tune", "baselines", "realcheck", "study"),
     ("commands",),
     ("cli",),
 )

@@ -6,6 +6,7 @@ real HDF5 files and a real MLflow SQLite store under the temporary repo's mlruns
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import shutil
@@ -153,7 +154,7 @@ def _stale(project: Path) -> set[str]:
 @pytest.mark.parametrize(("module", "must", "must_not"), [
     ("leakpipe/evaluate/figures.py", {"evaluate", "baselines"}, {"train", "tune", "build"}),
     ("leakpipe/scoring/score.py", {"train", "evaluate", "tune"}, {"build", "synth"}),
-    ("leakpipe/predict.py", set(), {"train", "evaluate", "tune", "baselines"}),
+    ("leakpipe/predict.py", {"evaluate"}, {"train", "tune", "build", "synth"}),  # serve's
 ])
 def test_touching_a_module_makes_exactly_its_importers_stale(
         reproduced: tuple[Path, str], module: str, must: set[str], must_not: set[str]) -> None:
@@ -215,16 +216,62 @@ def test_runs_land_in_the_project_store(reproduced: tuple[Path, str]) -> None:
     assert "mlflow.source.git.commit" in build_run.data.tags
 
 
-def test_exp_run_changes_a_build_param(reproduced: tuple[Path, str]) -> None:
+GRID = ("--long", "0.25,0.5", "--short", "256,512")
+CELLS = {"grid-l250ms-s256", "grid-l250ms-s512", "grid-l500ms-s256", "grid-l500ms-s512"}
+DEFAULT_CELL = "grid-l250ms-s512"       # the default windows: nothing of it needs to re-run
+CELL_STAGES = {"build", "validate", "preload", "train", "evaluate"}   # what a cell re-runs
+
+
+def _study(root: Path, *args: str) -> str:
+    return _run([sys.executable, "-m", "leakpipe.cli", "study", "grid", *GRID,
+                 "--no-progress", *args], root)
+
+
+def test_segmentation_grid_runs_queued_experiments_two_at_a_time(
+        reproduced: tuple[Path, str]) -> None:
+    """`leakpipe study grid` on a 2 x 2 grid: four `dvc exp run --queue` experiments with build
+    params set (-S), run by `dvc queue start -j 2`; every one finishes, two ran at once, their
+    runs are in the project's store nested under the study run, nothing is locked or mixed up,
+    and a second study keeps every cell."""
     project, _ = reproduced
-    out = _run([str(BIN / "dvc"), "exp", "run", "-S", "build.n_mels=32"], project)
-    assert "Running stage 'build'" in out
-    assert "Running stage 'synth'" not in out
-    shown = json.loads(_run([str(BIN / "dvc"), "exp", "show", "--json"], project))
-    values = set()
-    for rev in shown:
-        for exp in rev.get("experiments") or []:
-            for run in exp.get("revs") or []:
-                params = run["data"]["params"]["params.yaml"]["data"]
-                values.add(params["build"]["n_mels"])
-    assert 32 in values
+    dvc = str(BIN / "dvc")
+    try:
+        out = _study(project, "--jobs", "2")
+    finally:
+        _run_any([dvc, "queue", "stop", "--kill"], project)    # no worker outlives the test
+    report = json.loads((project / "reports/grid/grid.json").read_text())
+    assert report["peak_running"] == 2, out                      # two ran at once
+    with (project / "reports/grid/grid.csv").open(newline="") as handle:
+        rows = {r["experiment"]: r for r in csv.DictReader(handle)}
+    assert set(rows) == CELLS and all(r["status"] == "done" for r in rows.values()), rows
+    assert all(0 <= float(r["test.file_f1"]) <= 1 for r in rows.values())
+    assert (project / "reports/grid/heatmap.png").stat().st_size > 0
+    assert "best test.file_f1" in out
+    for name in CELLS:
+        log = _run([dvc, "queue", "logs", name], project)
+        assert "Stage 'evaluate'" in log or "Running stage 'evaluate'" in log, log
+        assert "Running stage 'synth'" not in log and "database is locked" not in log, log
+        if name != DEFAULT_CELL:
+            assert "Running stage 'build'" in log, log
+    shown = json.loads(_run([dvc, "exp", "show", "--json"], project))
+    windows = {run["name"]: run["data"]["params"]["params.yaml"]["data"]["build"]
+               for rev in shown for exp in rev.get("experiments") or []
+               for run in exp.get("revs") or [] if run.get("name") in CELLS}
+    assert windows["grid-l500ms-s256"]["long_window_s"] == 0.5
+    assert windows["grid-l500ms-s256"]["short_window"] == windows["grid-l500ms-s256"]["n_fft"]
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{project / 'mlruns' / 'mlflow.db'}")
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    (study,) = [r for r in runs if r.data.tags.get("leakpipe.stage") == "study"]
+    assert study.data.metrics["best/test.file_f1"] == max(
+        float(r["test.file_f1"]) for r in rows.values())
+    for name in CELLS:
+        mine = [r for r in runs if r.data.tags.get("dvc.exp_name") == name]
+        assert mine and all(r.info.status == "FINISHED" for r in mine), name
+        assert all(r.data.tags.get("mlflow.parentRunId") == study.info.run_id for r in mine)
+        if name != DEFAULT_CELL:
+            assert {r.data.tags["leakpipe.stage"] for r in mine} >= CELL_STAGES, name
+
+    again = _study(project, "--jobs", "2")          # the same commit: every cell is kept
+    assert "4 cells kept from an earlier run" in again
+    assert "Queued" not in _run([dvc, "queue", "status"], project)

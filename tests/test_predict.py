@@ -24,7 +24,7 @@ from leakpipe.features.mel import clip_features
 from leakpipe.files import save_torch_atomic
 from leakpipe.model import create_model
 from leakpipe.predict import COLUMNS, scoring_rules
-from leakpipe.serve import log_served_detector
+from leakpipe.serve.model import log_served_detector
 from tests.conftest import PARAMS
 from tests.helpers_detector import (
     LIMITS,

@@ -25,7 +25,7 @@ from leakpipe.detector import load_detector, save_detector
 from leakpipe.errors import DataError
 from leakpipe.evaluate.bootstrap import Interval
 from leakpipe.evaluate.promotion import EXIT_REFUSED, Comparison, decide
-from leakpipe.serve import log_served_detector
+from leakpipe.serve.model import log_served_detector
 from tests.conftest import PARAMS
 from tests.helpers_detector import (
     copied_store,

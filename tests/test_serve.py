@@ -31,8 +31,7 @@ from leakpipe.detector import load_detector
 from leakpipe.errors import DataError
 from leakpipe.model import create_model
 from leakpipe.predict import COLUMNS
-from leakpipe.serve import OUTPUT_COLUMNS, input_example, log_served_detector
-from leakpipe.serve.model import served_rules
+from leakpipe.serve.model import OUTPUT_COLUMNS, input_example, log_served_detector, served_rules
 from leakpipe.serve.server import default_model, serve_command
 from leakpipe.tracking import start_run
 from tests.helpers_detector import SMALL_MODEL, copied_store, save_small_detector

@@ -117,7 +117,7 @@ def _log_evaluation(run: Tracker, evaluation: Evaluation, paths: EvaluatePaths) 
         run.log_artifact(path, f"{STAGE}/plots")
     if run.run_id is None:
         return None
-    from leakpipe.serve import log_served_detector  # imports mlflow: only when logging
+    from leakpipe.serve.model import log_served_detector  # loads mlflow.pyfunc: only here
 
     uri = log_served_detector(paths.detector)
     run.set_tags({tracking.TAG_DETECTOR_URI: uri})

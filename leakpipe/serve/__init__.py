@@ -23,16 +23,8 @@ Output, one row per recording in input order: ``id`` and then predict's columns 
 the timeline as two lists of numbers. A recording that cannot be used (too short, non-finite
 samples, a bad rate) gets ``status`` "error" and its reason in ``notes``; the others are still
 answered.
+
+Modules: ``model`` (``DetectorModel``, the schema and input example, ``log_served_detector``),
+``model_code`` (what MLflow runs at load time), ``server`` (`leakpipe serve`). Nothing is
+imported here: `leakpipe serve`'s argument parsing must not load MLflow's pyfunc machinery.
 """
-
-from leakpipe.serve.model import (
-    INPUT_SCHEMA,
-    OUTPUT_COLUMNS,
-    DetectorModel,
-    input_example,
-    log_served_detector,
-    served_rows,
-)
-
-__all__ = ["INPUT_SCHEMA", "OUTPUT_COLUMNS", "DetectorModel", "input_example",
-           "log_served_detector", "served_rows"]

@@ -15,6 +15,7 @@ TAG_UNVALIDATED = "leakpipe.unvalidated"     # "true": the stage ran with --unva
 TAG_DETECTOR_URI = "leakpipe.detector_uri"   # models:/ URI of a logged detector file
 DETECTOR_SUFFIX = ".pt"
 RUN_NAME_TAG = "mlflow.runName"
+PARENT_RUN_TAG = "mlflow.parentRunId"        # the UI nests a run under this run
 DESCRIPTION_TAG = "mlflow.note.content"      # the run's description in the UI
 PARAMS_DIGEST_CHARS = 7
 DATASET_DIGEST_CHARS = 12

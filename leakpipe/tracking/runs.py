@@ -13,7 +13,7 @@ import logging
 import os
 import subprocess
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,7 @@ from leakpipe.paths import repo_root
 from leakpipe.tracking.names import (
     DEFAULT_EXPERIMENT,
     DVC_ENV_TAGS,
+    PARENT_RUN_TAG,
     SYSTEM_SAMPLES_BEFORE_LOGGING,
     TAG_GIT_COMMIT,
     TAG_STAGE,
@@ -30,6 +31,7 @@ from leakpipe.tracking.trackers import MlflowTracker
 
 log = logging.getLogger(__name__)
 GIT_SHORT = 8
+SEARCH_MAX = 1000          # runs per search (a grid cell has one run per stage)
 
 
 def tracking_uri(root: Path | None = None) -> str:
@@ -182,6 +184,23 @@ def find_run_id(stage: str, tags: Mapping[str, str]) -> str | None:
         log.warning("could not search MLflow runs (%s)", exc)
         return None
     return runs[0].info.run_id if runs else None
+
+
+def nest_runs(parent_run_id: str, tag: str, values: Sequence[str]) -> int:
+    """Make every run whose ``tag`` is one of ``values`` a child of ``parent_run_id`` (MLflow's
+    ``mlflow.parentRunId`` tag), so the UI lists them under it; returns how many were nested.
+    The segmentation-grid study nests each cell's runs (tag ``dvc.exp_name``) under its run."""
+    client = _client()
+    experiments = [e.experiment_id for e in client.search_experiments()]
+    nested = 0
+    for value in values:
+        quoted = value.replace("'", "\\'")
+        for run in client.search_runs(experiments, f"tags.`{tag}` = '{quoted}'",
+                                      max_results=SEARCH_MAX):
+            if run.info.run_id != parent_run_id:
+                client.set_tag(run.info.run_id, PARENT_RUN_TAG, parent_run_id)
+                nested += 1
+    return nested
 
 
 def _existing_run(run_id: str | None) -> str | None:
