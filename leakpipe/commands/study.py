@@ -10,6 +10,7 @@ One DVC experiment per (long window, short window) cell, run N at a time with
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from pathlib import Path
 
 from leakpipe.commands._common import add_params_argument, positive_int
@@ -20,20 +21,18 @@ HELP = "segmentation-grid study: one queued DVC experiment per (long, short) win
 GRID = "grid"
 
 
-def _floats(text: str) -> tuple[float, ...]:
-    try:
-        return tuple(float(v) for v in text.split(",") if v.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"{text!r}: not a comma-separated list of numbers") from None
+def _list_of(cast: type, kind: str) -> Callable[[str], tuple]:
+    """An argparse type: a comma-separated list of ``kind`` values, each through ``cast``."""
+    def parse(text: str) -> tuple:
+        try:
+            return tuple(cast(v) for v in text.split(",") if v.strip())
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{text!r}: not a comma-separated list of {kind}") from None
+    return parse
 
 
-def _ints(text: str) -> tuple[int, ...]:
-    try:
-        return tuple(int(v) for v in text.split(",") if v.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"{text!r}: not a comma-separated list of integers") from None
+_floats, _ints = _list_of(float, "numbers"), _list_of(int, "integers")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
