@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import subprocess
 import sys
 import time
@@ -40,13 +41,20 @@ class Dvc:
     root: Path
 
     @property
+    def env(self) -> dict[str, str]:
+        """This environment with this interpreter's scripts first on PATH: `dvc queue start`
+        spawns its workers as ``dvc`` by name, which a venv that is not activated lacks."""
+        scripts = str(Path(sys.executable).parent)
+        return {**os.environ, "PATH": f"{scripts}{os.pathsep}{os.environ.get('PATH', '')}"}
+
+    @property
     def executable(self) -> str:
         here = Path(sys.executable).parent / "dvc"
         return str(here) if here.exists() else "dvc"
 
     def run(self, *args: str, check: bool = True) -> str:
-        done = subprocess.run([self.executable, *args], cwd=self.root, capture_output=True,
-                              text=True, check=False)
+        done = subprocess.run([self.executable, *args], cwd=self.root, env=self.env,
+                              capture_output=True, text=True, check=False)
         if check and done.returncode != 0:
             last = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
             raise StudyError(f"dvc {' '.join(args[:3])} failed in {self.root}: {last[0]}")
@@ -56,7 +64,7 @@ class Dvc:
         """``dvc queue start -j jobs``: detached workers; its pipes are not kept, or the call
         would only return once the queue is empty."""
         done = subprocess.run([self.executable, "queue", "start", "-j", str(jobs)],
-                              cwd=self.root, stdout=subprocess.DEVNULL,
+                              cwd=self.root, env=self.env, stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL, check=False)
         if done.returncode != 0:
             raise StudyError(f"dvc queue start -j {jobs} failed in {self.root}")
