@@ -71,6 +71,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"the stage each experiment runs up to (default: {DEFAULT_TARGET})")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT,
                         help=f"folder of the table and heatmap (default: {DEFAULT_OUT})")
+    parser.add_argument("--baseline", default=None, metavar="COMMIT",
+                        help="tabulate the cells run on this commit, queue nothing (default: "
+                             "HEAD, running the missing cells)")
     parser.add_argument("--force", action="store_true",
                         help="re-run cells whose experiments already exist")
     parser.add_argument("--dry-run", action="store_true",
@@ -99,5 +102,5 @@ def run(args: argparse.Namespace) -> int:
         jobs=args.jobs, target=args.target,
         metrics=tuple(args.metric or DEFAULT_METRICS),
         sets={**quick_sets, **_sets(args.set)}, out=args.out, force=args.force,
-        dry_run=args.dry_run, progress=not args.no_progress)
+        dry_run=args.dry_run, baseline=args.baseline, progress=not args.no_progress)
     return run_grid(options, args.params)

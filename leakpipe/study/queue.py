@@ -113,11 +113,25 @@ def failure_note(dvc: Dvc, name: str) -> str:
     return (errors or lines or ["no log"])[-1][:300]
 
 
-def experiments(dvc: Dvc, metrics_file: str) -> dict[str, dict[str, Any]]:
-    """Experiment name -> the ``metrics_file`` it wrote, for the experiments of the workspace's
-    baseline commit (``dvc exp show --json``); an experiment without that file maps to {}."""
+def head(dvc: Dvc) -> str:
+    """The commit the workspace is on (queued experiments derive from it)."""
+    return commit(dvc, "HEAD")
+
+
+def commit(dvc: Dvc, rev: str) -> str:
+    done = subprocess.run(["git", "rev-parse", "--verify", f"{rev}^{{commit}}"], cwd=dvc.root,
+                          capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise StudyError(f"{rev}: not a commit of {dvc.root}")
+    return done.stdout.strip()
+
+
+def experiments(dvc: Dvc, metrics_file: str, baseline: str) -> dict[str, dict[str, Any]]:
+    """Experiment name -> the ``metrics_file`` it wrote, for the experiments derived from the
+    commit ``baseline`` (``dvc exp show --json --rev``: a commit made after queueing does not
+    hide them); an experiment without that file maps to {}."""
     out: dict[str, dict[str, Any]] = {}
-    for rev in json.loads(dvc.run("exp", "show", "--json") or "[]"):
+    for rev in json.loads(dvc.run("exp", "show", "--json", "--rev", baseline) or "[]"):
         for exp in rev.get("experiments") or []:
             for run in exp.get("revs") or []:
                 name = run.get("name")

@@ -45,7 +45,16 @@ from leakpipe.study.grid import (
     plan_grid,
     table_rows,
 )
-from leakpipe.study.queue import Dvc, experiments, failure_note, queue, remove, wait
+from leakpipe.study.queue import (
+    Dvc,
+    commit,
+    experiments,
+    failure_note,
+    head,
+    queue,
+    remove,
+    wait,
+)
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +74,7 @@ class GridOptions:
     out: Path = DEFAULT_OUT
     force: bool = False
     dry_run: bool = False
+    baseline: str | None = None    # the commit whose cells to collect (default: HEAD)
     timeout_s: float = 24 * 3600.0
     progress: bool = True
 
@@ -83,21 +93,31 @@ def run_grid(options: GridOptions, params: Path) -> int:
             print(f"dvc exp run --queue --name {cell.name} {sets} {options.target}")
         return 0
     dvc = Dvc(root)
-    results, peak = _run_cells(dvc, plan, options)
+    baseline = commit(dvc, options.baseline) if options.baseline else head(dvc)
+    results, peak = _run_cells(dvc, plan, options, baseline)
     rows = table_rows(plan, results, options.metrics)
     out = root / options.out if not options.out.is_absolute() else options.out
-    _write(out, rows, plan, options, peak)
+    _write(out, rows, plan, options, peak, baseline)
     _log(rows, options, out)
     _print_table(rows, options.metrics)
     return 0 if any(r["status"] == STATUS_DONE for r in rows) else 1
 
 
-def _run_cells(dvc: Dvc, plan: GridPlan,
-               options: GridOptions) -> tuple[dict[Cell, dict[str, Any]], int]:
-    """Queue, run and collect the valid cells (kept cells are read back as they are); the
-    results and the most experiments seen running at once."""
-    found = experiments(dvc, METRICS_FILE)
+def _run_cells(dvc: Dvc, plan: GridPlan, options: GridOptions,
+               baseline: str) -> tuple[dict[Cell, dict[str, Any]], int]:
+    """Queue, run and collect the valid cells of ``baseline`` (kept cells are read back as
+    they are); the results and the most experiments seen running at once. Cells are only
+    queued when ``baseline`` is the workspace's commit (queued experiments derive from it)."""
+    found = experiments(dvc, METRICS_FILE, baseline)
     cells = plan.valid
+    if baseline != head(dvc):
+        missing = [c.name for c in cells if not found.get(c.name)]
+        if missing:
+            print(f"study grid: {len(missing)} cells have no results on {baseline[:8]}; "
+                  "check that commit out to run them")
+        return ({c: ({"status": STATUS_DONE, "metrics": found[c.name]} if found.get(c.name)
+                     else {"status": STATUS_FAILED, "note": f"not run on {baseline[:8]}"})
+                 for c in cells}, 0)
     stale = [c.name for c in cells if c.name in found and (options.force or not found[c.name])]
     remove(dvc, stale)                              # failed before, or --force
     todo = [c for c in cells if c.name not in found or c.name in stale]
@@ -118,7 +138,7 @@ def _run_cells(dvc: Dvc, plan: GridPlan,
                 bar.n = sum(v not in ("Queued", "Running") for v in status.values())
                 bar.refresh()
             statuses = wait(dvc, [c.name for c in todo], options.timeout_s, progress)
-    found = experiments(dvc, METRICS_FILE)
+    found = experiments(dvc, METRICS_FILE, baseline)
     results: dict[Cell, dict[str, Any]] = {}
     for cell in cells:
         metrics = found.get(cell.name) or {}
@@ -131,7 +151,7 @@ def _run_cells(dvc: Dvc, plan: GridPlan,
 
 
 def _write(out: Path, rows: Sequence[dict[str, Any]], plan: GridPlan,
-           options: GridOptions, peak: int) -> None:
+           options: GridOptions, peak: int, baseline: str) -> None:
     import io
 
     metric = options.metrics[0]
@@ -140,6 +160,7 @@ def _write(out: Path, rows: Sequence[dict[str, Any]], plan: GridPlan,
         "target": options.target, "sets": dict(options.sets), "metrics": list(options.metrics),
         "long_windows_s": list(options.longs_s), "short_windows": list(options.shorts),
         "invalid": len(plan.invalid), "jobs": options.jobs, "peak_running": peak,
+        "baseline": baseline,
         "cells": [_jsonable(r) for r in rows]}))
     write_text_atomic(out / "heatmap.json", json_text(heatmap_records(rows, metric)))
     buffer = io.BytesIO()
