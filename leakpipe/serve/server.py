@@ -36,12 +36,18 @@ def serve_command(model: str, host: str, port: int, workers: int) -> list[str]:
             "--env-manager", "local", "-h", host, "-p", str(port), "-w", str(workers)]
 
 
-def serve_environment() -> dict[str, str]:
-    """This environment with the project's tracking store and this interpreter's scripts first
-    on PATH (MLflow starts ``uvicorn`` by name; a venv not activated would not be found)."""
+def scripts_first_env() -> dict[str, str]:
+    """This environment with this interpreter's scripts first on PATH: MLflow starts
+    ``uvicorn`` and `dvc queue start` its workers by name, which a venv that is not activated
+    would not find."""
     scripts = str(Path(sys.executable).parent)
-    return {**os.environ, "MLFLOW_TRACKING_URI": tracking.tracking_uri(),
-            "PATH": f"{scripts}{os.pathsep}{os.environ.get('PATH', '')}"}
+    return {**os.environ, "PATH": f"{scripts}{os.pathsep}{os.environ.get('PATH', '')}"}
+
+
+def serve_environment() -> dict[str, str]:
+    """``scripts_first_env`` with the project's tracking store (``models:/`` URIs resolve in
+    its registry)."""
+    return {**scripts_first_env(), "MLFLOW_TRACKING_URI": tracking.tracking_uri()}
 
 
 def run_serve(model: str, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,

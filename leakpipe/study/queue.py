@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from leakpipe.errors import LeakpipeError
+from leakpipe.serve.server import scripts_first_env
 
 log = logging.getLogger(__name__)
 
@@ -42,10 +42,7 @@ class Dvc:
 
     @property
     def env(self) -> dict[str, str]:
-        """This environment with this interpreter's scripts first on PATH: `dvc queue start`
-        spawns its workers as ``dvc`` by name, which a venv that is not activated lacks."""
-        scripts = str(Path(sys.executable).parent)
-        return {**os.environ, "PATH": f"{scripts}{os.pathsep}{os.environ.get('PATH', '')}"}
+        return scripts_first_env()   # `dvc queue start` spawns its workers as ``dvc``
 
     @property
     def executable(self) -> str:
