@@ -51,7 +51,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("predict",),
     ("serve",),
     ("train", "evaluate"),
-    ("tune", "baselines", "realcheck", "study"),
+    ("tune", "baselines", "realcheck", "study", "adapt"),
     ("commands",),
     ("cli",),
 )

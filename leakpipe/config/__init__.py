@@ -15,6 +15,7 @@ Package layout (import from ``leakpipe.config``; the submodules are an implement
   the baselines' hyper-parameter grids.
 - ``shared``: `runtime` and `decision`, the sections several stages read, and the rules
   across sections.
+- ``adaptation``: `adapt` (field adaptation by pseudo-labelling rounds).
 - ``tuning``: `tune`, its search space (``TuneSpace``, ``ParamSpec``) and the TUNE_* constants.
 - ``sections``: ``SECTIONS``, the section name -> dataclass table.
 - ``loading``: ``read_params``, ``load_section``, ``from_mapping``: strict conversion and
@@ -26,6 +27,7 @@ training <- tuning; all section modules <- sections <- loading <- this package.
 
 from __future__ import annotations
 
+from leakpipe.config.adaptation import AdaptConfig
 from leakpipe.config.data import (
     BuildConfig,
     FeatureConfig,
@@ -67,6 +69,7 @@ from leakpipe.config.tuning import (
 from leakpipe.errors import ConfigError
 
 __all__ = [
+    "AdaptConfig",
     "check_aux_head",
     "DecisionConfig",
     "RuntimeConfig",

@@ -6,6 +6,7 @@ imports the other: this module imports every section module, the loader imports 
 
 from __future__ import annotations
 
+from leakpipe.config.adaptation import AdaptConfig
 from leakpipe.config.data import BuildConfig, PreloadConfig, SynthConfig, ValidateConfig
 from leakpipe.config.evaluation import BaselinesConfig, EvaluateConfig, PromoteConfig
 from leakpipe.config.shared import DecisionConfig, RuntimeConfig
@@ -29,4 +30,5 @@ SECTIONS: dict[str, type] = {
     "promote": PromoteConfig,
     "baselines": BaselinesConfig,
     "tune": TuneConfig,
+    "adapt": AdaptConfig,
 }

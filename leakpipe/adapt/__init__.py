@@ -1,0 +1,1 @@
+"""Field adaptation by incremental pseudo-labelling (stage `adapt`, docs/adaptation.md)."""

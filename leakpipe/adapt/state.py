@@ -1,0 +1,90 @@
+"""The adapt stage's working folder (checkpoints/adapt): what lets a killed run resume.
+
+``state.json`` lists every finished round (its figures, its pseudo-labels per pool recording,
+accepted or rejected) and is rewritten atomically after each round; ``round-<r>/`` holds that
+round's training split, its ``fit()`` checkpoints, network and detector. A run whose inputs
+(params, seed detector, splits, pool) hash differently from the folder's starts afresh: the
+folder is emptied first, so rounds of different inputs never mix.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import shutil
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from leakpipe.files import write_json_atomic
+
+log = logging.getLogger(__name__)
+
+STATE_NAME = "state.json"
+STATE_VERSION = 1
+
+
+def fingerprint(parts: Mapping[str, Any]) -> str:
+    """A digest of everything that shapes the rounds."""
+    text = json.dumps(parts, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+@dataclass
+class AdaptState:
+    """The rounds done so far and where they live."""
+
+    folder: Path
+    fingerprint: str
+    run_id: str | None = None
+    stop_reason: str = ""
+    rounds: list[dict[str, Any]] = field(default_factory=list)
+
+    @classmethod
+    def open(cls, folder: Path, digest: str) -> AdaptState:
+        """The folder's state when it belongs to these inputs, else a fresh (emptied) one."""
+        folder = Path(folder)
+        path = folder / STATE_NAME
+        if path.is_file():
+            raw = json.loads(path.read_text())
+            if raw.get("version") == STATE_VERSION and raw.get("fingerprint") == digest:
+                state = cls(folder, digest, raw.get("run_id"), raw.get("stop_reason", ""),
+                            list(raw.get("rounds", [])))
+                if state.rounds:
+                    log.info("adapt: resuming; rounds 0..%d done in an earlier run",
+                             state.rounds[-1]["round"])
+                return state
+            log.info("adapt: %s belongs to other inputs; starting afresh", folder)
+        if folder.exists():
+            shutil.rmtree(folder)
+        folder.mkdir(parents=True)
+        return cls(folder, digest)
+
+    def round_dir(self, r: int) -> Path:
+        path = self.folder / f"round-{r:02d}"
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def add(self, entry: dict[str, Any]) -> None:
+        self.rounds.append(entry)
+        self.save()
+
+    def stop(self, reason: str) -> None:
+        self.stop_reason = reason
+        self.save()
+
+    def save(self) -> None:
+        write_json_atomic(self.folder / STATE_NAME, {
+            "version": STATE_VERSION, "fingerprint": self.fingerprint, "run_id": self.run_id,
+            "stop_reason": self.stop_reason, "rounds": self.rounds})
+
+    @property
+    def accepted(self) -> dict[str, Any]:
+        """The newest round whose model stands (the seed when none was accepted)."""
+        return next(e for e in reversed(self.rounds) if e["status"] != "rejected")
+
+    @property
+    def next_round(self) -> int:
+        return len(self.rounds)
