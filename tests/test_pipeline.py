@@ -26,11 +26,13 @@ BIN = Path(sys.executable).parent
 # The smallest data set that still has every class in every split.
 TINY = {
     "synth": {"n_sites": 5, "recordings_per_class": 1, "duration_s": 4.0},
+    "field": {"n_sites": 2, "recordings_per_class": 1, "duration_s": 4.0},
     "build": {"workers": 1},
     "validate": {"min_recordings_per_class": 1},  # one site per split holds one of each
     "train": {"epochs": 1, "batch_size": 256},
     "evaluate": {"bootstrap_resamples": 20},
     "tune": {"n_trials": 2, "epochs": 1},
+    "adapt": {"rounds": 1, "epochs": 1},
 }
 
 
@@ -110,12 +112,13 @@ def test_repro_builds_every_output(reproduced: tuple[Path, str]) -> None:
     report = json.loads((project / "reports" / "build.json").read_text())
     assert report["n_unusable"] == 0 and report["n_recordings"] > 0
     lock = yaml.safe_load((project / "dvc.lock").read_text())
-    assert set(lock["stages"]) == {"check", "synth", "index", "build", "validate", "preload",
-                                   "train", "evaluate", "baselines", "tune"}
+    assert set(lock["stages"]) == {"check", "synth", "field", "index", "build", "validate",
+                                   "preload", "train", "evaluate", "baselines", "tune", "adapt"}
     for output in ("models/model.pt", "metrics/train.json", "metrics/eval.json",
                    "metrics/baselines.json", "plots/baselines/comparison.json",
                    "metrics/tune.json", "tuning/best_params.yaml", "reports/preload.json",
-                   "reports/validation.json", "reports/predictions.csv"):
+                   "reports/validation.json", "reports/predictions.csv",
+                   "models/adapted_detector.pt", "metrics/adapt.json", "plots/adapt/rounds.csv"):
         assert (project / output).is_file(), output
 
 
@@ -201,6 +204,26 @@ def test_a_bad_param_stops_the_run_before_any_output_is_removed(
     again = _run([str(BIN / "dvc"), "repro"], project)
     ran = [line for line in again.splitlines() if line.startswith("Running stage")]
     assert set(ran) <= {"Running stage 'check':", "Running stage 'index':"}, ran
+
+
+def test_an_adapt_param_reruns_adapt_and_nothing_upstream(
+        reproduced: tuple[Path, str]) -> None:
+    """`adapt` depends on its params, the detector, the splits and the field set: a new margin
+    re-runs it (from round 0: its round state belongs to other inputs) and no other stage."""
+    project, _ = reproduced
+    params = project / "params.yaml"
+    original = params.read_text()
+    assert "\n  margin: 0.05 " in original
+    params.write_text(original.replace("\n  margin: 0.05 ", "\n  margin: 0.01 ", 1))
+    out = _run([str(BIN / "dvc"), "repro"], project)
+    ran = {line for line in out.splitlines() if line.startswith("Running stage")}
+    assert ran == {"Running stage 'check':", "Running stage 'index':",
+                   "Running stage 'adapt':"}, ran
+    assert "starting afresh" in out
+    doc = json.loads((project / "metrics" / "adapt.json").read_text())
+    assert doc["round_0"]["status"] == "seed" and "round_1" in doc
+    _git(project, "add", "-A")
+    _git(project, "commit", "-qm", "adapt margin 0.01")
 
 
 def test_runs_land_in_the_project_store(reproduced: tuple[Path, str]) -> None:

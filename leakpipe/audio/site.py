@@ -27,6 +27,9 @@ MATERIALS: tuple[Material, ...] = ("metal", "plastic")  # sites alternate, so bo
 # SeedSequence stream tags: keep site and recording streams independent for equal numbers.
 SITE_STREAM = 1
 RECORDING_STREAM = 2
+FIELD_STREAM = 3         # a field recording's interference (the `field` set only)
+MACHINE_STREAM = 4       # a field site's machine
+POOL_ORDER_STREAM = 5    # the order of a field site's unlabelled recordings
 
 # --- pipe ------------------------------------------------------------------------------------
 # Axisymmetric (fluid-borne) wave speed and loss factor. Plastic pipe walls are soft, so the
@@ -175,6 +178,20 @@ PASS_BY_FC_HZ = (150.0, 600.0)         # corner of tyre / engine noise of a busy
 PASS_BY_WIDTH_S = (1.5, 4.0)           # standard deviation of its slow Gaussian swell, s
 RUN_UP_HZ = (15.0, 60.0)               # start and end shaft speeds of a machine run-up, Hz
 
+# --- field interference: the domain shift of the `field` set ---------------------------------
+# A machine working near a field site (an air compressor, a road-works generator, a breaker's
+# power pack): engine-driven broadband noise, structure-borne through the ground into the
+# fitting the sensor sits on, so the pipe does not filter it. It runs in bursts. No labelled
+# site carries it (leakpipe.audio.field, docs/synth.md).
+MACHINE_CENTRE_HZ = (300.0, 2000.0)    # centre of the machine's noise band (per site), Hz
+MACHINE_BANDWIDTH_OCT = (0.8, 1.2)     # width of that band (per site), octaves
+MACHINE_BAND_ORDER = 4                 # steepness of the band edges (Butterworth order)
+MACHINE_ENGINE_HZ = (15.0, 40.0)       # engine firing rate: the noise's amplitude modulation, Hz
+MACHINE_AM_DEPTH = (0.3, 0.8)          # depth of that modulation (per site)
+MACHINE_BURST_S = (0.5, 3.0)           # how long the machine runs at a time, s
+MACHINE_PAUSE_MIN_S = 0.3              # shortest pause between two bursts, s
+MACHINE_RAMP_S = (0.02, 0.05)          # its start and stop ramps (raised cosine), s
+
 
 @dataclass(frozen=True)
 class Site:
@@ -255,3 +272,22 @@ def draw_site(seed: int, index: int, sample_rates: tuple[int, ...] = (8000,)) ->
         pump_shaft_hz=2 * mains / poles * (1 - uniform(rng, MOTOR_SLIP)),
         pump_blades=int(rng.integers(PUMP_BLADES[0], PUMP_BLADES[1] + 1)),
     )
+
+
+@dataclass(frozen=True)
+class Machine:
+    """The machine working near a field site: the same at every recording of the site."""
+
+    centre_hz: float             # centre of its noise band, Hz
+    bandwidth_oct: float         # width of that band, octaves
+    engine_hz: float             # engine firing rate (amplitude modulation), Hz
+    am_depth: float              # depth of that modulation, 0..1
+
+
+def draw_machine(seed: int, index: int) -> Machine:
+    """The machine at site ``index`` of a field set with ``seed`` (independent of its pipe)."""
+    rng = np.random.default_rng(np.random.SeedSequence([seed, MACHINE_STREAM, index]))
+    return Machine(centre_hz=uniform(rng, MACHINE_CENTRE_HZ),
+                   bandwidth_oct=uniform(rng, MACHINE_BANDWIDTH_OCT),
+                   engine_hz=uniform(rng, MACHINE_ENGINE_HZ),
+                   am_depth=uniform(rng, MACHINE_AM_DEPTH))

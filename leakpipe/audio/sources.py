@@ -27,6 +27,11 @@ from leakpipe.audio.site import (
     LEAK_CORNER_HZ,
     LEAK_DB_PER_DECADE_PRESSURE,
     LEAK_DISTANCE_M,
+    MACHINE_BAND_ORDER,
+    MACHINE_BURST_S,
+    MACHINE_PAUSE_MIN_S,
+    MACHINE_RAMP_S,
+    NYQUIST_MARGIN,
     PASS_BY_FC_HZ,
     PASS_BY_WIDTH_S,
     PIPE_RIPPLE_DB,
@@ -41,6 +46,7 @@ from leakpipe.audio.site import (
     USE_SERVICE_HZ,
     USE_SERVICE_Q,
     USE_SWITCH_PROB,
+    Machine,
     Site,
     uniform,
 )
@@ -209,3 +215,62 @@ def pass_by(rng: np.random.Generator, n: int, sr: int, site: Site) -> np.ndarray
 
 def white_noise(rng: np.random.Generator, n: int) -> np.ndarray:
     return rng.standard_normal(n)
+
+
+# --- field interference (the `field` set only) -----------------------------------------------
+
+
+def machine_band(freqs: np.ndarray, machine: Machine, sr: int) -> np.ndarray:
+    """Amplitude spectrum of a machine's noise: a band of ``machine.bandwidth_oct`` octaves
+    around its centre (moved down where the band would reach the logger's band limit)."""
+    half = 2.0 ** (machine.bandwidth_oct / 2.0)
+    centre = min(machine.centre_hz, NYQUIST_MARGIN * sr / half)
+    f = np.maximum(freqs, 1e-6)
+    order = 2 * MACHINE_BAND_ORDER
+    return 1.0 / np.sqrt((1.0 + (f / (centre * half)) ** order)
+                         * (1.0 + (centre / half / f) ** order))
+
+
+def machine_gate(rng: np.random.Generator, n: int, sr: int, duty: float) -> np.ndarray:
+    """When the machine runs (0..1): bursts of MACHINE_BURST_S with raised-cosine ramps, and
+    pauses (at least MACHINE_PAUSE_MIN_S) sized so that it runs ``duty`` of the time on
+    average. The pattern starts at a random phase; a recording holds at least one burst."""
+    gate = np.zeros(n)
+    ramp = max(1, int(uniform(rng, MACHINE_RAMP_S) * sr))
+    pause_scale = (1.0 - duty) / duty
+    start = -rng.uniform(0.0, 1.0 + pause_scale) * float(np.mean(MACHINE_BURST_S)) * sr
+    bursts = []
+    while start < n:
+        length = uniform(rng, MACHINE_BURST_S) * sr
+        bursts.append((int(start), int(start + length)))
+        start += length + max(MACHINE_PAUSE_MIN_S, uniform(rng, MACHINE_BURST_S) * pause_scale) * sr
+    if all(stop <= ramp or begin >= n - ramp for begin, stop in bursts):
+        length = int(uniform(rng, MACHINE_BURST_S) * sr)
+        begin = int(rng.integers(0, max(1, n - length)))
+        bursts = [(begin, begin + length)]
+    for begin, stop in bursts:
+        lo, hi = max(begin, 0), min(stop, n)
+        if lo >= hi:
+            continue
+        i = np.arange(lo, hi)
+        rise = np.clip(np.minimum(i - begin, stop - i) / ramp, 0.0, 1.0)
+        gate[lo:hi] = 0.5 - 0.5 * np.cos(np.pi * rise)
+    return gate
+
+
+def machine_noise(rng: np.random.Generator, n: int, sr: int, site: Site, machine: Machine,
+                  duty: float) -> tuple[np.ndarray, np.ndarray, float]:
+    """A machine working nearby: band-limited noise, amplitude-modulated at its engine rate,
+    switched on and off in bursts (``machine_gate``).
+
+    Returns the samples (unit RMS while it runs, so an in-band SNR applies to its running
+    level), its amplitude spectrum, and the fraction of the recording it runs.
+    """
+    freqs = np.fft.rfftfreq(n, 1.0 / sr)
+    gain = machine_band(freqs, machine, sr)
+    t = np.arange(n) / sr
+    engine = 1.0 + machine.am_depth * np.sin(2 * np.pi * machine.engine_hz * t
+                                             + rng.uniform(0, 2 * np.pi))
+    running = unit_rms(shaped_noise(rng, n, gain) * engine)
+    gate = machine_gate(rng, n, sr, duty)
+    return running * gate, gain, float(np.mean(gate))

@@ -18,7 +18,7 @@ import os
 import shutil
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -58,6 +58,7 @@ OVERDRIVE_DB = (1.0, 8.0)          # how far a clipped recording's peak is drive
 DC_OFFSET = (0.002, 0.02)          # DC offset of a recording with one, fraction of full scale
 
 Signature = Callable[[np.random.Generator, int, int, Site, float], np.ndarray]
+Extra = Callable[[int, int], np.ndarray]  # (n, sr) -> more mechanical signal, ambient units
 Mix = tuple[float, float, float]  # (probability, low dB, high dB)
 
 
@@ -187,9 +188,15 @@ def logger(rng: np.random.Generator, x: np.ndarray, site: Site, cfg: SynthConfig
     return y * min(1.0, limit / max(float(np.max(np.abs(y))), 1e-30))
 
 
-def render_recording(cfg: SynthConfig, site: Site, cls: str, index: int) -> np.ndarray:
+def render_recording(cfg: SynthConfig, site: Site, cls: str, index: int,
+                     extra: Extra | None = None) -> np.ndarray:
     """Samples at ``site.sample_rate`` (float32, within full scale) of recording ``index`` of
-    ``cls`` at ``site``."""
+    ``cls`` at ``site``.
+
+    ``extra(n, sr)``, if given, is added before the sensor: the field set's interference
+    (``leakpipe.audio.field``). It must draw from its own generator, so that everything else
+    in the recording stays as it is without it.
+    """
     rng = recording_rng(cfg.seed, site.index, cls, index)
     recipe = RECIPES[cls]
     n, sr = n_samples(cfg, site), site.sample_rate
@@ -203,6 +210,8 @@ def render_recording(cfg: SynthConfig, site: Site, cls: str, index: int) -> np.n
         mech = mech + recipe.signature(rng, n, sr, site, cfg.difficulty)
     rate = cfg.transient_rate_hz * recipe.transient_factor
     mech = mech + tones_transients.transients(rng, n, sr, site, rate)
+    if extra is not None:
+        mech = mech + extra(n, sr)
     heard = apply_sensor(mech, sr, site)
     heard = heard + _maybe(rng, recipe.hum, lambda r: tones_transients.mains_hum(r, n, sr, site))
     heard = heard + src.white_noise(rng, n) * 10.0 ** (SENSOR_NOISE_DB / 20.0)
@@ -254,17 +263,18 @@ def _render_job(job: tuple[SynthConfig, Site, str, int]) -> np.ndarray:
     return render_recording(*job)
 
 
-def _rendered(cfg: SynthConfig, jobs: list[tuple[SynthConfig, Site, str, int]],
-              workers: int) -> Iterator[np.ndarray]:
-    """Samples of every job in order; a spawn-context pool when ``workers > 1``.
+def rendered(jobs: Sequence[Any], workers: int,
+             render: Callable[[Any], Any] = _render_job) -> Iterator[Any]:
+    """``render(job)`` of every job in order; a spawn-context pool when ``workers > 1``
+    (``render`` must then be a module-level function).
 
     Every recording has its own generator, so the pool changes no byte of the output.
     """
     if workers <= 1:
-        yield from (_render_job(job) for job in jobs)
+        yield from (render(job) for job in jobs)
         return
     with multiprocessing.get_context("spawn").Pool(workers) as pool:
-        yield from pool.imap(_render_job, jobs, chunksize=4)
+        yield from pool.imap(render, jobs, chunksize=4)
 
 
 def _write_all(cfg: SynthConfig, root: Path, progress: bool) -> dict[str, int]:
@@ -275,8 +285,8 @@ def _write_all(cfg: SynthConfig, root: Path, progress: bool) -> dict[str, int]:
     with open(root / MANIFEST_NAME, "w", newline="") as fh:
         writer = csv.writer(fh, lineterminator="\n")
         writer.writerow(MANIFEST_FIELDS)
-        rendered = _rendered(cfg, jobs, workers)
-        for (_, site, cls, index), samples in tqdm(zip(jobs, rendered, strict=True),
+        samples_of = rendered(jobs, workers)
+        for (_, site, cls, index), samples in tqdm(zip(jobs, samples_of, strict=True),
                                                    total=len(jobs), disable=not progress,
                                                    desc="synth", unit="rec"):
             rel = Path(cls) / recording_name(site, cls, index)
@@ -288,19 +298,19 @@ def _write_all(cfg: SynthConfig, root: Path, progress: bool) -> dict[str, int]:
     return counts
 
 
-def _sibling(path: Path, tag: str) -> Path:
+def sibling(path: Path, tag: str) -> Path:
     """A new, empty, hidden folder beside ``path`` (created with the usual permissions)."""
-    sibling = path.with_name(f".{path.name}.{tag}-{uuid.uuid4().hex[:8]}")
-    sibling.mkdir()
-    return sibling
+    folder = path.with_name(f".{path.name}.{tag}-{uuid.uuid4().hex[:8]}")
+    folder.mkdir()
+    return folder
 
 
-def _swap_into_place(tmp: Path, out_dir: Path) -> None:
+def swap_into_place(tmp: Path, out_dir: Path) -> None:
     """Replace ``out_dir`` by ``tmp``; an existing ``out_dir`` is removed only after the swap."""
     if not out_dir.exists():
         tmp.rename(out_dir)
         return
-    old = _sibling(out_dir, "old")
+    old = sibling(out_dir, "old")
     out_dir.rename(old / out_dir.name)
     try:
         tmp.rename(out_dir)
@@ -320,10 +330,10 @@ def generate(cfg: SynthConfig, out_dir: Path, progress: bool = True) -> SynthSum
     out_dir = Path(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
-    tmp = _sibling(out_dir, "tmp")
+    tmp = sibling(out_dir, "tmp")
     try:
         counts = _write_all(cfg, tmp, progress)
-        _swap_into_place(tmp, out_dir)
+        swap_into_place(tmp, out_dir)
     except BaseException:  # any failure, Ctrl-C included: leave nothing half-written behind
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -8,7 +8,7 @@ Package layout (import from ``leakpipe.config``; the submodules are an implement
 
 - ``fields``: ``num``, a numeric dataclass field whose bounds (``ge``, ``gt``, ``le``, ``lt``)
   ride in the field metadata.
-- ``data``: `synth`, `build` (with ``FeatureConfig``, ``SplitConfig``, ``QualityConfig``),
+- ``data``: `synth`, `field`, `build` (with ``FeatureConfig``, ``SplitConfig``, ``QualityConfig``),
   `validate`, `preload`.
 - ``training``: `model`, `train` (with ``AugmentConfig`` and the input norms), `monitor`.
 - ``evaluation``: `evaluate`, `promote` (the model registry's promotion rule), `baselines` and
@@ -31,6 +31,7 @@ from leakpipe.config.adaptation import AdaptConfig
 from leakpipe.config.data import (
     BuildConfig,
     FeatureConfig,
+    FieldConfig,
     PreloadConfig,
     QualityConfig,
     SplitConfig,
@@ -84,6 +85,7 @@ __all__ = [
     # data
     "BuildConfig",
     "FeatureConfig",
+    "FieldConfig",
     "PreloadConfig",
     "QualityConfig",
     "SplitConfig",

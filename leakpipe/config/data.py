@@ -1,5 +1,6 @@
-"""Data-side sections: synthetic recordings, features, splits, the HDF5 build, validation and
-the training data's memory plan (`synth`, `build`, `validate`, `preload`).
+"""Data-side sections: synthetic recordings, the synthetic field set, features, splits, the
+HDF5 build, validation and the training data's memory plan (`synth`, `field`, `build`,
+`validate`, `preload`).
 """
 
 from __future__ import annotations
@@ -11,8 +12,8 @@ from typing import Any, Literal
 from leakpipe.config.fields import num
 from leakpipe.constants import KNOWN_CLASSES
 
-__all__ = ["BuildConfig", "FeatureConfig", "PreloadConfig", "QualityConfig", "SplitConfig",
-           "SynthConfig", "ValidateConfig"]
+__all__ = ["BuildConfig", "FeatureConfig", "FieldConfig", "PreloadConfig", "QualityConfig",
+           "SplitConfig", "SynthConfig", "ValidateConfig"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -46,6 +47,33 @@ class SynthConfig:
             out.append(("classes", "needs at least two distinct classes"))
         if not self.sample_rates or min(self.sample_rates) < 1000:
             out.append(("sample_rates", "needs at least one rate, each >= 1000 Hz"))
+        return out
+
+
+@dataclass(frozen=True, kw_only=True)
+class FieldConfig:
+    """`field`: a synthetic field set with a domain shift, for `adapt` (docs/synth.md).
+
+    New sites rendered like `synth`'s (its classes, rates, difficulty, logger and workers),
+    every recording carrying an intermittent machine noise that no labelled site has.
+    """
+
+    seed: int = num(ge=0)
+    n_sites: int = num(ge=1, le=1000)
+    recordings_per_class: int = num(ge=1)
+    check_share: float = num(gt=0, lt=1)
+    duration_s: float = num(gt=0)
+    interference_snr_db_min: float = num(ge=-30, le=60)
+    interference_snr_db_max: float = num(ge=-30, le=60)
+    interference_duty_min: float = num(gt=0, lt=1)
+    interference_duty_max: float = num(gt=0, lt=1)
+
+    def problems(self) -> list[tuple[str, str]]:
+        out = []
+        if self.interference_snr_db_min > self.interference_snr_db_max:
+            out.append(("interference_snr_db_min", "must not exceed interference_snr_db_max"))
+        if self.interference_duty_min > self.interference_duty_max:
+            out.append(("interference_duty_min", "must not exceed interference_duty_max"))
         return out
 
 

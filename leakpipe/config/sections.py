@@ -7,7 +7,13 @@ imports the other: this module imports every section module, the loader imports 
 from __future__ import annotations
 
 from leakpipe.config.adaptation import AdaptConfig
-from leakpipe.config.data import BuildConfig, PreloadConfig, SynthConfig, ValidateConfig
+from leakpipe.config.data import (
+    BuildConfig,
+    FieldConfig,
+    PreloadConfig,
+    SynthConfig,
+    ValidateConfig,
+)
 from leakpipe.config.evaluation import BaselinesConfig, EvaluateConfig, PromoteConfig
 from leakpipe.config.shared import DecisionConfig, RuntimeConfig
 from leakpipe.config.training import ModelConfig, MonitorConfig, TrainConfig
@@ -18,6 +24,7 @@ __all__ = ["SECTIONS"]
 
 SECTIONS: dict[str, type] = {
     "synth": SynthConfig,
+    "field": FieldConfig,
     "build": BuildConfig,
     "validate": ValidateConfig,
     "preload": PreloadConfig,
