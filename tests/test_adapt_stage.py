@@ -125,34 +125,6 @@ def _state(root: Path) -> dict:
     return json.loads((root / "work" / "state.json").read_text())
 
 
-def test_rounds_write_every_output_and_child_runs(tmp_path: Path, mlflow_store: str) -> None:
-    files = _project(tmp_path)
-    assert main(_args(tmp_path, files)) == 0
-    out = tmp_path / "out"
-    doc = json.loads((out / "adapt.json").read_text())
-    assert doc["final_round"] == 2 and doc["rounds_accepted"] == 2
-    assert doc["stop_reason"] == "completed 2 round(s)"
-    seed = doc["round_0"]
-    assert seed["status"] == "seed" and seed["val"]["f1"] == 1.0
-    # loud = LEAK to the seed: the check set is right, the pool splits 3 / 3
-    assert seed["check"]["fpr"] == 0.0 and seed["check"]["recall"] == 1.0
-    assert seed["pseudo"] == {"leak": 3, "not_leak": 3, "within_margin": 0,
-                              "segments": 6 * 11}   # 3 clips x 7 = 21 long: 11 kept each
-    assert doc["round_1"]["split"]["labelled_rows"] == 20
-    assert doc["round_1"]["changed"] == 0
-    adapted = load_detector(out / "adapted_detector.pt")
-    assert adapted.threshold == doc["round_2"]["threshold"]
-    assert (out / "rounds.png").stat().st_size > 0
-    assert len((out / "rounds.csv").read_text().splitlines()) == 4      # header + 3 rounds
-    runs = MlflowClient(mlflow_store).search_runs(
-        [e.experiment_id for e in MlflowClient(mlflow_store).search_experiments()])
-    parent = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
-    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
-    assert len(parent) == 1 and len(children) == 3
-    assert {r.data.tags["leakpipe.adapt_round"] for r in children} == {"0", "1", "2"}
-    assert parent[0].data.metrics["final/check/fpr"] == 0.0
-
-
 def test_a_round_that_worsens_val_is_rejected_and_the_previous_model_stands(
         tmp_path: Path, mlflow_store: str) -> None:
     """Train labels that contradict val (a wrong labelled set), small batches and one epoch
@@ -214,4 +186,31 @@ def test_a_run_killed_between_rounds_resumes_after_the_last_finished_round(
     after = _state(tmp_path)
     assert after["rounds"][:2] == done["rounds"] and after["rounds"][2]["round"] == 2
     assert after["run_id"] == done["run_id"]            # the same MLflow parent run, reopened
-    assert json.loads((tmp_path / "out" / "adapt.json").read_text())["final_round"] == 2
+    _check_outputs(tmp_path, env["MLFLOW_TRACKING_URI"])
+
+
+def _check_outputs(root: Path, store: str) -> None:
+    """Every output of a finished 2-round run on the project of ``_project``."""
+    out = root / "out"
+    doc = json.loads((out / "adapt.json").read_text())
+    assert doc["final_round"] == 2 and doc["rounds_accepted"] == 2
+    assert doc["stop_reason"] == "completed 2 round(s)"
+    seed = doc["round_0"]
+    assert seed["status"] == "seed" and seed["val"]["f1"] == 1.0
+    # loud = LEAK to the seed: the check set is right, the pool splits 3 / 3
+    assert seed["check"]["fpr"] == 0.0 and seed["check"]["recall"] == 1.0
+    assert seed["pseudo"] == {"leak": 3, "not_leak": 3, "within_margin": 0,
+                              "segments": 6 * 11}   # 3 clips x 7 = 21 long: 11 kept each
+    assert doc["round_1"]["split"]["labelled_rows"] == 20
+    assert doc["round_1"]["changed"] == 0
+    adapted = load_detector(out / "adapted_detector.pt")
+    assert adapted.threshold == doc["round_2"]["threshold"]
+    assert (out / "rounds.png").stat().st_size > 0
+    assert len((out / "rounds.csv").read_text().splitlines()) == 4      # header + 3 rounds
+    client = MlflowClient(store)
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    parent = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    assert len(parent) == 1 and parent[0].info.status == "FINISHED"
+    assert sorted(r.data.tags["leakpipe.adapt_round"] for r in children) == ["0", "1", "2"]
+    assert parent[0].data.metrics["final/check/fpr"] == 0.0
