@@ -1,0 +1,147 @@
+"""Why did field adaptation do what it did? Each round's detector on the field check set with and
+without the field machine noise, and the pool's pseudo-labels against its hidden truth.
+
+Run after `dvc repro adapt` on the default data (it reads checkpoints/adapt, data/field and
+params.yaml):
+
+    .venv/bin/python benchmarks/adapt_field.py      # -> benchmarks/results/adapt_field.json
+
+1. The check set's recordings are rendered a second time WITHOUT the machine (the same
+   recording, every other draw unchanged: ``render_field_recording(interfere=False)``). The
+   false-positive rate of a round's detector on both versions says how much of it the machine
+   causes.
+2. For every round, the pool's pseudo-labels (from checkpoints/adapt/state.json) are compared
+   with data/field/pool_truth.csv: wrong LEAK labels on non-leak recordings, by the machine's
+   in-band SNR. Those are the labels whose most leak-like segments a round teaches as LEAK.
+
+Rates carry 95 % Wilson intervals (recordings are the unit; 10 field sites).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import sys
+import tempfile
+from pathlib import Path
+
+import soundfile as sf
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from leakpipe.adapt.field import load_field, read_truth, score_detector  # noqa: E402
+from leakpipe.adapt.rounds import set_figures  # noqa: E402
+from leakpipe.audio.field import CHECK_DIR, plan, render_config, render_field_recording  # noqa: E402
+from leakpipe.config import load_section  # noqa: E402
+from leakpipe.constants import LEAK_CLASS  # noqa: E402
+from leakpipe.detector import load_detector  # noqa: E402
+from leakpipe.predict import ScoringRules, batch_budget  # noqa: E402
+from leakpipe.runtime import make_runtime  # noqa: E402
+
+Z95 = 1.959964
+SNR_BINS = ((0.0, 5.0), (5.0, 10.0), (10.0, 15.01))
+
+
+def wilson(k: int, n: int) -> list[float]:
+    if n == 0:
+        return [math.nan, math.nan]
+    p, z2 = k / n, Z95 ** 2
+    centre = (p + z2 / (2 * n)) / (1 + z2 / n)
+    half = Z95 * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / (1 + z2 / n)
+    return [round(centre - half, 3), round(centre + half, 3)]
+
+
+def rate(k: int, n: int) -> dict[str, object]:
+    return {"k": k, "n": n, "rate": round(k / n, 3) if n else None, "ci95": wilson(k, n)}
+
+
+def render_clean_check(params: Path, folder: Path) -> list[tuple[str, Path, int]]:
+    """The check set's recordings without the machine, written like the field stage writes."""
+    synth_cfg, field_cfg = load_section(params, "synth"), load_section(params, "field")
+    cfg = render_config(synth_cfg, field_cfg)
+    items = []
+    for item in plan(synth_cfg, field_cfg):
+        if item.pooled:
+            continue
+        rec = render_field_recording(cfg, field_cfg, item.site, item.machine, item.cls,
+                                     item.index, interfere=False)
+        path = folder / item.rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        sf.write(path, rec.samples, item.site.sample_rate, subtype=cfg.subtype, format="WAV")
+        items.append((item.rel.removeprefix(f"{CHECK_DIR}/"), path, int(item.cls == LEAK_CLASS)))
+    return items
+
+
+def check_items(root: Path) -> list[tuple[str, Path, int]]:
+    with (root / "manifest.csv").open(newline="") as handle:
+        return [(row["path"], root / row["path"], int(row["class"] == LEAK_CLASS))
+                for row in csv.DictReader(handle)]
+
+
+def false_leaks(labels: dict[str, int | None], truth: dict[str, int],
+                snr: dict[str, float]) -> dict[str, object]:
+    """Wrong LEAK pseudo-labels on the pool's non-leak recordings, overall and by machine SNR."""
+    negatives = [k for k, y in truth.items() if y == 0 and k in labels]
+    out: dict[str, object] = {"all": rate(sum(labels[k] == 1 for k in negatives), len(negatives))}
+    for low, high in SNR_BINS:
+        keys = [k for k in negatives if low <= snr[k] < high]
+        out[f"snr_{low:g}_{min(high, 15):g}_db"] = rate(sum(labels[k] == 1 for k in keys),
+                                                        len(keys))
+    leaks = [k for k, y in truth.items() if y == 1 and k in labels]
+    out["leaks_labelled_leak"] = rate(sum(labels[k] == 1 for k in leaks), len(leaks))
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--params", type=Path, default=REPO / "params.yaml")
+    parser.add_argument("--work", type=Path, default=REPO / "checkpoints" / "adapt")
+    parser.add_argument("--field", type=Path, default=REPO / "data" / "field")
+    parser.add_argument("--out", type=Path,
+                        default=REPO / "benchmarks" / "results" / "adapt_field.json")
+    args = parser.parse_args()
+    state = json.loads((args.work / "state.json").read_text())
+    seed = load_detector(args.work / "round-00" / "detector.pt")
+    runtime = make_runtime("cpu", "off")
+    min_fraction = load_section(args.params, "build").min_clip_fraction
+    budget = batch_budget(seed, ScoringRules(seed.batch_limits, min_fraction), runtime)  # type: ignore[arg-type]
+    with tempfile.TemporaryDirectory() as tmp:
+        sets = {"with_machine": check_items(args.field / CHECK_DIR),
+                "without_machine": render_clean_check(args.params, Path(tmp))}
+        fields = {name: load_field([(k, p) for k, p, _ in items], seed, min_fraction,
+                                   labels=[y for *_, y in items], desc=name)
+                  for name, items in sets.items()}
+    truth = read_truth(args.field / "pool_truth.csv")
+    with (args.field / "pool_truth.csv").open(newline="") as handle:
+        snr = {row["path"]: float(row["interference_snr_db"]) for row in csv.DictReader(handle)}
+    rounds = []
+    for entry in state["rounds"]:
+        r = entry["round"]
+        row: dict[str, object] = {"round": r, "status": entry["status"]}
+        path = args.work / f"round-{r:02d}" / "detector.pt"
+        if path.is_file():
+            detector = load_detector(path)
+            for name, field in fields.items():
+                scores = score_detector(detector, field, runtime, budget)
+                assert field.truth is not None
+                decided = scores.scores >= detector.threshold
+                neg, pos = field.truth == 0, field.truth == 1
+                figures = set_figures(field.truth, scores.scores, detector.threshold)
+                row[name] = {"fpr": rate(int(decided[neg].sum()), int(neg.sum())),
+                             "sensitivity": rate(int(decided[pos].sum()), int(pos.sum())),
+                             "roc_auc": round(figures["roc_auc"], 3)}
+        if "labels" in entry:
+            row["pool_false_leak_labels"] = false_leaks(entry["labels"], truth, snr)
+        rounds.append(row)
+        print(json.dumps(row))
+    args.out.write_text(json.dumps({"machine": "2-core CPU box (this repo's dev machine)",
+                                    "rounds": rounds}, indent=1) + "\n")
+    print(f"-> {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
