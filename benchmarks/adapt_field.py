@@ -13,6 +13,9 @@ params.yaml):
 2. For every round, the pool's pseudo-labels (from checkpoints/adapt/state.json) are compared
    with data/field/pool_truth.csv: wrong LEAK labels on non-leak recordings, by the machine's
    in-band SNR. Those are the labels whose most leak-like segments a round teaches as LEAK.
+3. For the seed's wrong LEAK labels: how much of the machine the kept long segments hold
+   against the dropped ones (the machine's share of each segment's energy, from the recording
+   rendered with and without it).
 
 Rates carry 95 % Wilson intervals (recordings are the unit; 10 field sites).
 """
@@ -27,13 +30,16 @@ import sys
 import tempfile
 from pathlib import Path
 
+import numpy as np
 import soundfile as sf
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from leakpipe.adapt.field import load_field, read_truth, score_detector  # noqa: E402
+from leakpipe.adapt.field import FieldSet, load_field, read_truth, score_detector  # noqa: E402
+from leakpipe.adapt.pseudo import LEAK, select_segments  # noqa: E402
 from leakpipe.adapt.rounds import set_figures  # noqa: E402
+from leakpipe.audio.clips import plan_clips  # noqa: E402
 from leakpipe.audio.field import CHECK_DIR, plan, render_config, render_field_recording  # noqa: E402
 from leakpipe.config import load_section  # noqa: E402
 from leakpipe.constants import LEAK_CLASS  # noqa: E402
@@ -95,6 +101,46 @@ def false_leaks(labels: dict[str, int | None], truth: dict[str, int],
     return out
 
 
+def kept_machine_share(params: Path, seed_entry: dict, truth: dict[str, int], detector: object,
+                       runtime: object, budget: int, min_fraction: float,
+                       keep_fraction: float) -> dict[str, object]:
+    """Machine share of the energy of kept vs dropped long segments of the seed's wrong LEAK
+    pool labels (each recording rendered with and without the machine)."""
+    synth_cfg, field_cfg = load_section(params, "synth"), load_section(params, "field")
+    cfg = render_config(synth_cfg, field_cfg)
+    f = detector.features  # type: ignore[attr-defined]
+    wrong = {k for k, y in seed_entry["labels"].items() if y == LEAK and truth.get(k) == 0}
+    kept_shares, dropped_shares = [], []
+    for item in plan(synth_cfg, field_cfg):
+        key = item.rel.split("/", 1)[1]
+        if not item.pooled or key not in wrong:
+            continue
+        args = (cfg, field_cfg, item.site, item.machine, item.cls, item.index)
+        full = render_field_recording(*args).samples.astype(np.float64)
+        machine = full - render_field_recording(*args, interfere=False).samples
+        sr = item.site.sample_rate
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "rec.wav"
+            sf.write(path, full.astype(np.float32), sr, subtype="FLOAT")
+            field: FieldSet = load_field([(key, path)], detector, min_fraction)  # type: ignore[arg-type]
+        long_probs = score_detector(detector, field, runtime, budget).long_probs[0]  # type: ignore[arg-type]
+        kept = set(select_segments(long_probs, LEAK, keep_fraction).tolist())
+        clip_plan = plan_clips(len(full), sr, f, math.ceil(len(full) / sr * f.sample_rate
+                                                            / f.clip_samples), min_fraction)
+        starts = clip_plan.starts / f.sample_rate
+        for i in range(len(long_probs)):
+            t0 = starts[i // f.n_long] + (i % f.n_long) * f.long_hop / f.sample_rate
+            a, b = int(t0 * sr), int((t0 + f.long_window_s) * sr)
+            share = float(np.sum(machine[a:b] ** 2) / max(np.sum(full[a:b] ** 2), 1e-30))
+            (kept_shares if i in kept else dropped_shares).append(share)
+    return {"recordings": len(wrong),
+            "kept_segments_machine_share_mean": round(float(np.mean(kept_shares)), 3),
+            "dropped_segments_machine_share_mean": round(float(np.mean(dropped_shares)), 3),
+            "kept_segments_machine_dominant": round(float(np.mean(np.array(kept_shares) > 0.5)), 3),
+            "dropped_segments_machine_dominant": round(
+                float(np.mean(np.array(dropped_shares) > 0.5)), 3)}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--params", type=Path, default=REPO / "params.yaml")
@@ -137,8 +183,13 @@ def main() -> int:
             row["pool_false_leak_labels"] = false_leaks(entry["labels"], truth, snr)
         rounds.append(row)
         print(json.dumps(row))
+    selection = kept_machine_share(args.params, state["rounds"][0], truth, seed, runtime, budget,
+                                   min_fraction, load_section(args.params, "adapt").keep_fraction)
+    print(json.dumps({"seed_wrong_leak_labels_kept_segments": selection}))
     args.out.write_text(json.dumps({"machine": "2-core CPU box (this repo's dev machine)",
-                                    "rounds": rounds}, indent=1) + "\n")
+                                    "rounds": rounds,
+                                    "seed_wrong_leak_labels_kept_segments": selection},
+                                   indent=1) + "\n")
     print(f"-> {args.out}")
     return 0
 
