@@ -20,6 +20,9 @@ from leakpipe.adapt.pseudo import (
     select_segments,
 )
 from leakpipe.adapt.report import metrics_document, round_metrics, round_row
+from leakpipe.adapt.rounds import rejection
+from leakpipe.config import AdaptConfig, from_mapping
+from leakpipe.errors import ConfigError
 
 
 def test_leak_recordings_keep_their_highest_segments_others_their_lowest() -> None:
@@ -95,3 +98,26 @@ def test_round_report_keeps_every_round_and_drops_the_labels() -> None:
     assert round_row(seed)["check_fpr"] == 0.2 and round_row(rejected)["check_fpr"] is None
     assert round_metrics(rejected)["accepted"] == 0.0
     assert round_metrics(seed)["check/fpr"] == 0.2 and "val/roc_auc" not in round_metrics(seed)
+
+
+def test_a_round_is_rejected_on_val_first_then_on_the_check_set_when_guarded() -> None:
+    previous = {"round": 1, "val": {"f1": 0.80}, "check": {"f1": 0.77}}
+    assert rejection(2, previous, 0.785, 0.76, tolerance=0.02, check_guard=True) == ""
+    val = rejection(2, previous, 0.779, 0.90, tolerance=0.02, check_guard=True)
+    assert val.startswith("round 2 rejected: val file F1 0.7790 is more than 0.02 below "
+                          "round 1's 0.8000") and val.endswith("round 1's detector stands")
+    check = rejection(2, previous, 0.80, 0.676, tolerance=0.02, check_guard=True)
+    assert check.startswith("round 2 rejected: field check set file F1 0.6760")
+    assert rejection(2, previous, 0.80, 0.676, tolerance=0.02, check_guard=False) == ""
+    assert rejection(2, {"round": 0, "val": {"f1": 0.8}}, 0.8, None, tolerance=0.0,
+                     check_guard=True) == ""                       # no check set: val only
+
+
+def test_the_check_guard_needs_a_check_set() -> None:
+    values = dict(source="pool", check="", pool_truth="", rounds=1, keep_fraction=0.5,
+                  margin=0.0, pseudo_per_labelled=1.0, epochs=1, learning_rate=1e-3,
+                  tolerance=0.02, check_guard=True, seed=0)
+    with pytest.raises(ConfigError, match="adapt.check_guard: needs a labelled check set"):
+        from_mapping(AdaptConfig, values, "adapt", "params.yaml")
+    assert from_mapping(AdaptConfig, {**values, "check_guard": False}, "adapt",
+                        "params.yaml").check == ""

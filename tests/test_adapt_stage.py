@@ -126,7 +126,7 @@ def _state(root: Path) -> dict:
 
 
 def test_a_round_that_worsens_val_is_rejected_and_the_previous_model_stands(
-        tmp_path: Path, mlflow_store: str) -> None:
+        tmp_path: Path, mlflow_store: str, capsys: pytest.CaptureFixture[str]) -> None:
     """Train labels that contradict val (a wrong labelled set), small batches and one epoch
     per round: a round collapses, its val F1 falls, it is rejected, adaptation stops, and the
     outputs are the previous round's detector, byte for byte as that round left it. (Over
@@ -153,6 +153,15 @@ def test_a_round_that_worsens_val_is_rejected_and_the_previous_model_stands(
     assert main(_args(tmp_path, files)) == 0
     assert kept.stat().st_mtime_ns == before
     assert _state(tmp_path)["stop_reason"] == doc["stop_reason"]
+    # other inputs (a new margin): the rounds of the old ones are dropped, not mixed in
+    params = yaml.safe_load(files["params"].read_text())
+    params["adapt"]["margin"] = 0.01
+    files["params"].write_text(yaml.safe_dump(params))
+    capsys.readouterr()
+    assert main(_args(tmp_path, files)) == 0
+    err = capsys.readouterr().err
+    assert "belongs to other inputs; starting afresh" in err and "resuming" not in err
+    assert _state(tmp_path)["rounds"][0]["round"] == 0
 
 
 def test_a_run_killed_between_rounds_resumes_after_the_last_finished_round(

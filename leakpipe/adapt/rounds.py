@@ -11,6 +11,9 @@
 - ``choose_on_val``: the operating point re-chosen on val with evaluate's criterion and the
   `decision` rule (``select_operating_point``, the code evaluate runs), and the val figures
   there: the figure a round must not worsen beyond ``adapt.tolerance``.
+- ``rejection``: why a round is rejected (val file F1, and with ``adapt.check_guard`` the
+  labelled field check set's file F1, more than ``tolerance`` below the previous accepted
+  round's), or "" to accept it.
 """
 
 from __future__ import annotations
@@ -185,3 +188,16 @@ def set_figures(truth: np.ndarray, scores: np.ndarray, threshold: float) -> dict
     figures = binary_figures(truth, scores >= threshold, scores)
     figures["fpr"] = 1.0 - figures["specificity"] if (truth == 0).any() else float("nan")
     return figures
+
+
+def rejection(r: int, previous: Mapping[str, Any], val_f1: float, check_f1: float | None, *,
+              tolerance: float, check_guard: bool) -> str:
+    """Why round ``r`` is rejected against the ``previous`` accepted round's entry, or ""."""
+    kept = previous["round"]
+    for name, now, guard in (("val", val_f1, True), ("field check set", check_f1, check_guard)):
+        key = "val" if name == "val" else "check"
+        before = (previous.get(key) or {}).get("f1")
+        if guard and now is not None and before is not None and now < before - tolerance:
+            return (f"round {r} rejected: {name} file F1 {now:.4f} is more than {tolerance:g} "
+                    f"below round {kept}'s {before:.4f}; round {kept}'s detector stands")
+    return ""

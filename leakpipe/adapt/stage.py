@@ -7,10 +7,11 @@
    unlabelled pool, whose recordings get pseudo-labels (``leakpipe.adapt.pseudo``).
 1. Each round fine-tunes the previous round's network with ``fit()`` on the labelled train
    split plus the pseudo-labelled pool segments (``leakpipe.adapt.rounds``), re-chooses the
-   operating point on val and checks val: a round whose val file F1 falls more than
+   operating point on val and scores the labelled field check set: a round whose val file F1
+   (with ``adapt.check_guard`` also its check-set file F1) falls more than
    ``adapt.tolerance`` below the previous accepted round's is rejected, nothing of it is kept
-   as the result, and adaptation stops with that reason. An accepted round is scored on the
-   check set and the pool; the pool's new pseudo-labels feed the next round.
+   as the result, and adaptation stops with that reason. An accepted round's pool
+   pseudo-labels feed the next round.
 2. The newest accepted round becomes models/adapted.pt (network) and
    models/adapted_detector.pt (with its operating point), with metrics/adapt.json, the
    per-round table and figure, and one MLflow run with a child run per round.
@@ -44,7 +45,13 @@ from leakpipe.adapt.report import (
     round_row,
     rounds_figure,
 )
-from leakpipe.adapt.rounds import choose_on_val, fine_tune, set_figures, write_round_split
+from leakpipe.adapt.rounds import (
+    choose_on_val,
+    fine_tune,
+    rejection,
+    set_figures,
+    write_round_split,
+)
 from leakpipe.adapt.state import AdaptState, fingerprint
 from leakpipe.config import (
     AdaptConfig,
@@ -181,21 +188,23 @@ def _adapt_round(run: _Run, r: int) -> None:
                             learning_rate=a.learning_rate, runtime=run.runtime, tracker=child,
                             checkpoint_dir=folder / "checkpoints", progress=run.progress)
         choice = _choose(run, network)
-        before, after = previous["val"]["f1"], choice.figures["f1"]
-        if after < before - a.tolerance:
-            reason = (f"round {r} rejected: val file F1 {after:.4f} is more than "
-                      f"{a.tolerance:g} below round {previous['round']}'s {before:.4f}; "
-                      f"round {previous['round']}'s detector stands")
+        check = _check_figures(run, choice.detector)
+        reason = rejection(r, previous, choice.figures["f1"],
+                           check["f1"] if check is not None else None,
+                           tolerance=a.tolerance, check_guard=a.check_guard)
+        if reason:
             log.warning("adapt: %s", reason)
             entry = {"round": r, "status": REJECTED, "threshold": choice.point.threshold,
                      "val": choice.figures, "reason": reason}
+            if check is not None:
+                entry["check"] = check
             child.set_tags({"leakpipe.adapt_status": REJECTED})
             child.log_metrics(round_metrics(entry))
             run.parent.log_metrics(round_metrics(entry), step=r)
             state.add(entry)
             state.stop(reason)
             return
-        _accept(run, r, network, ACCEPTED, child, choice)
+        _accept(run, r, network, ACCEPTED, child, choice, check)
 
 
 def _choose(run: _Run, network: Network) -> Any:
@@ -204,8 +213,17 @@ def _choose(run: _Run, network: Network) -> Any:
                          c.build.min_clip_fraction)
 
 
+def _check_figures(run: _Run, detector: Detector) -> dict[str, float] | None:
+    """The labelled field check set's figures under ``detector`` (None without a check set)."""
+    if run.check is None:
+        return None
+    assert run.check.truth is not None
+    scores = score_detector(detector, run.check, run.runtime, run.budget)
+    return set_figures(run.check.truth, scores.scores, detector.threshold)
+
+
 def _accept(run: _Run, r: int, network: Network, status: str, child: tracking.Tracker,
-            choice: Any = None) -> None:
+            choice: Any = None, check: dict[str, float] | None = None) -> None:
     """Save round ``r``'s detector, score the check set and the pool, write the next round's
     split, record the round (its state entry last: a kill before it repeats the round)."""
     state, a = run.state, run.cfgs.adapt
@@ -216,10 +234,9 @@ def _accept(run: _Run, r: int, network: Network, status: str, child: tracking.Tr
     save_detector(folder / "detector.pt", detector)
     entry: dict[str, Any] = {"round": r, "status": status, "threshold": detector.threshold,
                              "val": choice.figures, "reason": ""}
-    if run.check is not None:
-        scores = score_detector(detector, run.check, run.runtime, run.budget)
-        assert run.check.truth is not None
-        entry["check"] = set_figures(run.check.truth, scores.scores, detector.threshold)
+    check = check if check is not None else _check_figures(run, detector)
+    if check is not None:
+        entry["check"] = check
     pool_scores = score_detector(detector, run.pool, run.runtime, run.budget)
     pseudo = pseudo_labels(pool_scores.scores, pool_scores.long_probs, detector.threshold,
                            margin=a.margin, fraction=a.keep_fraction)

@@ -26,9 +26,12 @@ class AdaptConfig:
     epochs: int = num(ge=1)
     learning_rate: float = num(gt=0)
     tolerance: float = num(ge=0, le=1)
+    check_guard: bool         # also reject a round whose check-set file F1 falls beyond tolerance
     seed: int = num(ge=0)
 
     def problems(self) -> list[tuple[str, str]]:
         if not self.source.strip():
             return [("source", "must name a folder or CSV of unlabelled recordings")]
+        if self.check_guard and not self.check.strip():
+            return [("check_guard", "needs a labelled check set (adapt.check)")]
         return []
