@@ -2,9 +2,13 @@
 without the field machine noise, and the pool's pseudo-labels against its hidden truth.
 
 Run after `dvc repro adapt` on the default data (it reads checkpoints/adapt, data/field and
-params.yaml):
+params.yaml). With the default `adapt.check_guard: true` the field check set stops the first
+round that hurts it; to see every round, adapt with the guard off first:
 
+    dvc exp run -S adapt.check_guard=false          # or set it in params.yaml, dvc repro adapt
     .venv/bin/python benchmarks/adapt_field.py      # -> benchmarks/results/adapt_field.json
+
+A rejected round has no detector: it gets only its pool row.
 
 1. The check set's recordings are rendered a second time WITHOUT the machine (the same
    recording, every other draw unchanged: ``render_field_recording(interfere=False)``). The
