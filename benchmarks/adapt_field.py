@@ -8,7 +8,7 @@ round that hurts it; to see every round, adapt with the guard off first:
     dvc exp run -S adapt.check_guard=false          # or set it in params.yaml, dvc repro adapt
     .venv/bin/python benchmarks/adapt_field.py      # -> benchmarks/results/adapt_field.json
 
-A rejected round has no detector: it gets only its pool row.
+A rejected round has no detector and makes no pseudo-labels: its row holds its status only.
 
 1. The check set's recordings are rendered a second time WITHOUT the machine (the same
    recording, every other draw unchanged: ``render_field_recording(interfere=False)``). The
