@@ -242,8 +242,10 @@ def test_runs_land_in_the_project_store(reproduced: tuple[Path, str]) -> None:
     assert "mlflow.source.git.commit" in build_run.data.tags
 
 
-GRID = ("--long", "0.25,0.5", "--short", "256,512")
-CELLS = {"grid-l250ms-s256", "grid-l250ms-s512", "grid-l500ms-s256", "grid-l500ms-s512"}
+# 512 and 1024: cells of 256-sample short windows hold 2-4x the segments and train that much
+# slower; the queue, not the windows, is under test here
+GRID = ("--long", "0.25,0.5", "--short", "512,1024")
+CELLS = {"grid-l250ms-s512", "grid-l250ms-s1024", "grid-l500ms-s512", "grid-l500ms-s1024"}
 DEFAULT_CELL = "grid-l250ms-s512"       # the default windows: nothing of it needs to re-run
 CELL_STAGES = {"build", "validate", "preload", "train", "evaluate"}   # what a cell re-runs
 
@@ -283,8 +285,8 @@ def test_segmentation_grid_runs_queued_experiments_two_at_a_time(
     windows = {run["name"]: run["data"]["params"]["params.yaml"]["data"]["build"]
                for rev in shown for exp in rev.get("experiments") or []
                for run in exp.get("revs") or [] if run.get("name") in CELLS}
-    assert windows["grid-l500ms-s256"]["long_window_s"] == 0.5
-    assert windows["grid-l500ms-s256"]["short_window"] == windows["grid-l500ms-s256"]["n_fft"]
+    assert windows["grid-l500ms-s1024"]["long_window_s"] == 0.5
+    assert windows["grid-l500ms-s1024"]["short_window"] == windows["grid-l500ms-s1024"]["n_fft"]
 
     client = MlflowClient(tracking_uri=f"sqlite:///{project / 'mlruns' / 'mlflow.db'}")
     runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
