@@ -118,11 +118,22 @@ def _args(root: Path, files: dict[str, Path]) -> list[str]:
             "--adapted", str(root / "out" / "adapted_detector.pt"),
             "--metrics", str(root / "out" / "adapt.json"),
             "--plots", str(root / "out" / "rounds.csv"),
-            "--figure", str(root / "out" / "rounds.png"), "--no-progress"]
+            "--figure", str(root / "out" / "rounds.png"), "--no-progress", "--unvalidated"]
 
 
 def _state(root: Path) -> dict:
     return json.loads((root / "work" / "state.json").read_text())
+
+
+def test_splits_without_a_validation_stamp_are_refused(
+        tmp_path: Path, mlflow_store: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """As train and evaluate: adapt reads only the split bytes `validate` passed."""
+    files = _project(tmp_path)
+    args = [a for a in _args(tmp_path, files) if a != "--unvalidated"]
+    assert main([*args, "--validated", str(tmp_path / "validated.json")]) == 3
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "validated.json" in err[0], err
+    assert not (tmp_path / "work").exists() and not (tmp_path / "out").exists()
 
 
 def test_a_round_that_worsens_val_is_rejected_and_the_previous_model_stands(

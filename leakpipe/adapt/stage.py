@@ -62,6 +62,7 @@ from leakpipe.config import (
     TrainConfig,
     load_section,
 )
+from leakpipe.data.stamp import trust_splits
 from leakpipe.detector import Detector, Network, load_detector, save_detector, save_network
 from leakpipe.evaluate.detector_evaluation import batch_limits
 from leakpipe.files import file_sha256, write_csv_atomic, write_json_atomic
@@ -82,6 +83,7 @@ class AdaptPaths:
     detector: Path        # the seed detector (evaluate's)
     train: Path
     val: Path
+    validated: Path | None   # the validation stamp; None: --unvalidated (tagged, warned)
     plan: Path
     work: Path            # round state and checkpoints (resume)
     network: Path         # out: the adapted network
@@ -126,6 +128,8 @@ class _Run:
 def run_adapt(paths: AdaptPaths, cfgs: AdaptSections, *, progress: bool = True) -> int:
     """Adapt; 0 on success (a rejected round is a result, not a failure)."""
     a = cfgs.adapt
+    splits = {"train": paths.train, "val": paths.val}
+    trust = trust_splits(paths.validated, splits)   # the bytes `validate` passed, as train's
     runtime = make_runtime(cfgs.runtime.device, cfgs.runtime.amp, cfgs.runtime.channels_last)
     seed = load_detector(paths.detector)
     plan = read_plan(paths.plan)
@@ -142,14 +146,14 @@ def run_adapt(paths: AdaptPaths, cfgs: AdaptSections, *, progress: bool = True) 
     state = AdaptState.open(paths.work, fingerprint({
         "params": {f.name: dataclasses.asdict(getattr(cfgs, f.name))
                    for f in dataclasses.fields(cfgs) if f.name != "runtime"},
-        "detector": file_sha256(paths.detector), "train": file_sha256(paths.train),
-        "val": file_sha256(paths.val), "pool": pool.keys,
+        "detector": file_sha256(paths.detector), **trust.sha256, "pool": pool.keys,
         "check": check.keys if check is not None else None}))
     log.info("adapt: %d pool recordings, %s check recordings, up to %d rounds, runtime %s",
              len(pool), len(check) if check is not None else "no", a.rounds, runtime.describe())
-    with tracking.start_run(STAGE, resume_run_id=state.run_id) as parent:
+    with tracking.start_run(STAGE, tags=trust.tags, resume_run_id=state.run_id) as parent:
         state.run_id = parent.run_id
         state.save()
+        trust.log_datasets(parent, splits)
         parent.log_params({"adapt": dataclasses.asdict(a), "seed_detector": str(paths.detector),
                            "pool_recordings": len(pool),
                            "check_recordings": len(check) if check is not None else 0})

@@ -10,7 +10,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from leakpipe.commands._common import add_params_argument
+from leakpipe.commands._common import (
+    add_params_argument,
+    add_validated_arguments,
+    validated_stamp,
+)
 
 NAME = "adapt"
 HELP = "adapt a detector to unlabelled field recordings by rounds of pseudo-labelling"
@@ -39,13 +43,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="per-round table (CSV) for `dvc plots`")
     parser.add_argument("--figure", type=Path, default=Path("plots/adapt/rounds.png"),
                         help="per-round figure (PNG)")
+    add_validated_arguments(parser)
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bars")
 
 
 def run(args: argparse.Namespace) -> int:
     from leakpipe.adapt.stage import AdaptPaths, AdaptSections, run_adapt
 
-    paths = AdaptPaths(detector=args.detector, train=args.train, val=args.val, plan=args.plan,
+    paths = AdaptPaths(detector=args.detector, train=args.train, val=args.val,
+                       validated=validated_stamp(args), plan=args.plan,
                        work=args.work, network=args.network, adapted=args.adapted,
                        metrics=args.metrics, plots=args.plots, figure=args.figure)
     return run_adapt(paths, AdaptSections.load(args.params), progress=not args.no_progress)
