@@ -48,20 +48,23 @@ STEP_LINE = "epoch 1 step 5:"   # the loop's log line once epoch index 1 took 5 
 WAIT_S = 120
 
 
-def _env(uri: str) -> dict[str, str]:
-    return {**os.environ, "MLFLOW_TRACKING_URI": uri, "OMP_NUM_THREADS": "1",
-            "PYTHONUNBUFFERED": "1"}
+def _env(uri: str, root: Path | None = None) -> dict[str, str]:
+    """The stage's environment: the test's MLflow store and, with ``root``, its artifacts under
+    ``root`` (the stage runs from the repo, whose own mlruns/ it must not touch)."""
+    env = {**os.environ, "MLFLOW_TRACKING_URI": uri, "OMP_NUM_THREADS": "1",
+           "PYTHONUNBUFFERED": "1"}
+    return env if root is None else {**env, "DVC_ROOT": str(root)}
 
 
 def _spawn(ws: Workspace, uri: str) -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, str(STAGE), *stage_args(ws)], cwd=REPO,
-                            env=_env(uri), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            text=True)
+                            env=_env(uri, ws.root), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
 
 
 def _finish(ws: Workspace, uri: str) -> None:
     done = subprocess.run([sys.executable, str(STAGE), *stage_args(ws)], cwd=REPO,
-                          env=_env(uri), capture_output=True, text=True, timeout=WAIT_S)
+                          env=_env(uri, ws.root), capture_output=True, text=True, timeout=WAIT_S)
     assert done.returncode == 0, done.stderr[-3000:]
 
 
