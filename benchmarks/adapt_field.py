@@ -40,7 +40,13 @@ import soundfile as sf
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from leakpipe.adapt.field import FieldSet, load_field, read_truth, score_detector  # noqa: E402
+from leakpipe.adapt.field import (  # noqa: E402
+    FieldSet,
+    check_recordings,
+    load_field,
+    read_truth,
+    score_detector,
+)
 from leakpipe.adapt.pseudo import LEAK, select_segments  # noqa: E402
 from leakpipe.adapt.rounds import set_figures  # noqa: E402
 from leakpipe.audio.clips import plan_clips  # noqa: E402
@@ -83,12 +89,6 @@ def render_clean_check(params: Path, folder: Path) -> list[tuple[str, Path, int]
         sf.write(path, rec.samples, item.site.sample_rate, subtype=cfg.subtype, format="WAV")
         items.append((item.rel.removeprefix(f"{CHECK_DIR}/"), path, int(item.cls == LEAK_CLASS)))
     return items
-
-
-def check_items(root: Path) -> list[tuple[str, Path, int]]:
-    with (root / "manifest.csv").open(newline="") as handle:
-        return [(row["path"], root / row["path"], int(row["class"] == LEAK_CLASS))
-                for row in csv.DictReader(handle)]
 
 
 def false_leaks(labels: dict[str, int | None], truth: dict[str, int],
@@ -159,7 +159,7 @@ def main() -> int:
     min_fraction = load_section(args.params, "build").min_clip_fraction
     budget = batch_budget(seed, ScoringRules(seed.batch_limits, min_fraction), runtime)  # type: ignore[arg-type]
     with tempfile.TemporaryDirectory() as tmp:
-        sets = {"with_machine": check_items(args.field / CHECK_DIR),
+        sets = {"with_machine": check_recordings(args.field / CHECK_DIR),
                 "without_machine": render_clean_check(args.params, Path(tmp))}
         fields = {name: load_field([(k, p) for k, p, _ in items], seed, min_fraction,
                                    labels=[y for *_, y in items], desc=name)
