@@ -13,7 +13,10 @@
 
 Detector files of versions 1 and 2 (train once wrote them as models/model.pt) still load; a
 version 1 file predates ``input_norm`` and means ``none``; neither holds scoring rules, so
-`leakpipe predict` takes those from params.yaml for them.
+`leakpipe predict` takes those from params.yaml for them. Model config keys added later
+(``model.level_input``) are written only when they differ from what a file without them means
+(``leakpipe.config.training.ADDED_DEFAULTS``), so a network without the feature is the same
+bytes as before it existed, and files without them load with that meaning.
 """
 
 from __future__ import annotations
@@ -26,7 +29,14 @@ from typing import Any
 import torch
 from torch import nn
 
-from leakpipe.config import INPUT_NORMS, FeatureConfig, ModelConfig, from_mapping
+from leakpipe.config import (
+    INPUT_NORMS,
+    FeatureConfig,
+    ModelConfig,
+    from_mapping,
+    stored_features,
+)
+from leakpipe.config.training import with_added_defaults, without_added_defaults
 from leakpipe.data.input_norm import NORM_NONE, check_norm
 from leakpipe.data.schema import leak_index
 from leakpipe.decision.voting import VotingConfig
@@ -103,7 +113,8 @@ def save_detector(path: Path, detector: Detector) -> None:
 def _network_dict(network: Network) -> dict[str, Any]:
     return {
         "model": model_state(network.model),
-        "model_config": _plain(dataclasses.asdict(network.model_cfg)),
+        "model_config": _plain(without_added_defaults("model",
+                                                      dataclasses.asdict(network.model_cfg))),
         "class_names": list(network.class_names),
         "data_class_names": list(network.data_class_names),
         "binary": bool(network.binary),
@@ -155,14 +166,15 @@ def _network(raw: dict[str, Any], path: Path) -> Network:
     input_norm = raw.get("input_norm", NORM_NONE)
     if input_norm not in INPUT_NORMS:
         raise DataError(f"{path}: input_norm {input_norm!r} is not one of {list(INPUT_NORMS)}")
-    model_cfg = from_mapping(ModelConfig, raw["model_config"], "model_config", str(path))
+    model_cfg = from_mapping(ModelConfig, with_added_defaults("model", raw["model_config"]),
+                             "model_config", str(path))
     class_names = tuple(raw["class_names"])
     model = create_model(model_cfg, len(class_names))
     model.load_state_dict(raw["model"])
     model.eval()
     return Network(model=model, model_cfg=model_cfg, class_names=class_names,
                    data_class_names=tuple(raw["data_class_names"]), binary=bool(raw["binary"]),
-                   features=from_mapping(FeatureConfig, raw["features"], "features", str(path)),
+                   features=stored_features(raw["features"], "features", str(path)),
                    input_norm=input_norm)
 
 

@@ -6,7 +6,8 @@ ever meet zero padding in their left and right kernel columns; each equals a 1-D
 along the mel axis with the middle column, a third of the multiply-adds. Two more exact
 rewrites: the adaptive average pool is skipped when the mel axis already has ``pool_h`` rows
 (it is the identity then), and ReLU runs after max pooling (both are monotone, so they commute)
-on half the values. Dropout is the identity in eval mode and is left out.
+on half the values. Dropout is the identity in eval mode and is left out. A network with
+``level_input`` computes its level features as LeakCNN does (a copy of them, in eval mode).
 
 The outputs equal LeakCNN's up to float summation order (tests compare them); any other frame
 count, or a network that is not a plain LeakCNN, is run as it is.
@@ -14,13 +15,14 @@ count, or a network that is not a plain LeakCNN, is run as it is.
 
 from __future__ import annotations
 
+import copy
 import logging
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from leakpipe.model import KERNEL, PADDING, POOL, LeakCNN
+from leakpipe.model import KERNEL, PADDING, POOL, LeakCNN, segment_level
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +43,9 @@ class MelConvNet(nn.Module):
         self.pool = POOL[0]
         self.pool_h = _pool_height(model)
         self.fc, self.head, self.leak_head = model.fc, model.head, model.leak_head
+        # a copy: its batch-norm statistics are those of now, and eval() must not switch the
+        # training model's module (training continues after each validation)
+        self.level = copy.deepcopy(model.level) if model.level is not None else None
         self.eval()
 
     def train(self, mode: bool = True) -> MelConvNet:
@@ -49,12 +54,20 @@ class MelConvNet(nn.Module):
         return super().train(False)
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        extra = None
+        if self.level is not None:
+            level = segment_level(x)                                # (B, 1, 1, 1)
+            extra = self.level(x, level)                            # (B, 1 + LEVEL_BANDS)
+            x = x - level
         h = F.relu_(self.conv1(x[..., 0]))                          # (B, c1, M)
         h = F.relu_(max_pool(self.conv2(h), self.pool))             # (B, c2, M / 2)
         h = F.relu_(max_pool(self.conv3(h), self.pool))             # (B, c3, M / 4)
         if h.shape[-1] != self.pool_h:
             h = F.adaptive_avg_pool1d(h, self.pool_h)               # (B, c3, pool_h)
-        h = self.fc(torch.flatten(h, 1))                            # (B, hidden)
+        h = torch.flatten(h, 1)                                     # (B, c3 * pool_h)
+        if extra is not None:
+            h = torch.cat([h, extra], dim=1)
+        h = self.fc(h)                                              # (B, hidden)
         return self.head(h), self.leak_head(h).squeeze(-1)          # (B, C), (B,)
 
 

@@ -4,6 +4,11 @@ One segment's log-mel (1, n_mels, n_frames) goes through three 3x3 convolutions 
 height-only max pools, an adaptive average pool to (pool_h, 1), dropout and one hidden fully
 connected layer, then two heads: the class logits and one auxiliary leak logit.
 
+With ``model.level_input`` (``LevelFeatures``) the convolutions see each segment minus its mean
+log-mel, i.e. spectral shape only, and the segment's level and coarse band levels join the
+hidden layer's input: the level is a cue of its own instead of being entangled with the shape
+in every conv feature. Without it the network is the original, bit for bit.
+
 ``SegmentScorer`` is its serving form (the model logged to MLflow): one output tensor of class
 probabilities plus the segment leak probability, so a pyfunc ``predict`` returns one array.
 """
@@ -14,6 +19,7 @@ import logging
 from collections.abc import Mapping
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from leakpipe.config import ModelConfig
@@ -25,17 +31,60 @@ WRAPPER_PREFIXES = ("_orig_mod.", "module.")  # torch.compile, DistributedDataPa
 KERNEL = 3      # conv kernel size (square)
 PADDING = 1     # keeps height and width
 POOL = (2, 1)   # halves the mel axis, keeps the (usually single) frame axis
+LEVEL_BANDS = 4  # coarse band levels of LevelFeatures: equal groups of mel bands
 
 
 def _conv(c_in: int, c_out: int) -> nn.Sequential:
     return nn.Sequential(nn.Conv2d(c_in, c_out, KERNEL, padding=PADDING), nn.ReLU(inplace=True))
 
 
+def segment_level(x: torch.Tensor) -> torch.Tensor:
+    """(B, 1, M, T) log-mel dB -> (B, 1, 1, 1) float32: each segment's mean over bands, frames."""
+    return x.float().mean(dim=(1, 2, 3), keepdim=True)
+
+
+class LevelFeatures(nn.Module):
+    """(B, 1, M, T) log-mel dB -> (B, 1 + bands): the segment's level and its ``bands`` band
+    levels (means over frames of equal groups of mel bands), each standardised by BatchNorm1d.
+
+    Batch normalisation, not a fixed dB / 20: log-mel values have no reference level (under
+    input_norm ``none`` their mean depends on the recorder's full scale and the STFT; about 0
+    under ``clip_level``), so a fixed scale leaves an arbitrary offset, often several times the
+    spread; the running mean / variance (buffers, saved with the weights) are the training
+    data's, so at inference a level is read against the training population, deterministically.
+    Not LayerNorm: normalising over these features would subtract their mean, i.e. the level.
+    The features join the hidden layer after the dropout (five inputs; dropping one is noise).
+    """
+
+    def __init__(self, bands: int = LEVEL_BANDS) -> None:
+        super().__init__()
+        self.bands = bands
+        self.norm = nn.BatchNorm1d(1 + bands)
+
+    @property
+    def size(self) -> int:
+        return 1 + self.bands
+
+    def forward(self, x: torch.Tensor, level: torch.Tensor) -> torch.Tensor:
+        """``x`` (B, 1, M, T), ``level`` = segment_level(x) -> (B, 1 + bands) float32."""
+        band = F.adaptive_avg_pool2d(x.float(), (self.bands, 1))  # (B, 1, bands, 1)
+        feats = torch.cat([level.flatten(1), band.flatten(1)], dim=1)  # (B, 1 + bands)
+        if self.training and feats.shape[0] == 1:  # no batch statistics of one segment
+            norm = self.norm
+            return F.batch_norm(feats, norm.running_mean, norm.running_var, norm.weight,
+                                norm.bias, training=False, eps=norm.eps)
+        return self.norm(feats)
+
+
 class LeakCNN(nn.Module):
-    """Segment classifier with an auxiliary leak head; forward -> (logits, leak_logit)."""
+    """Segment classifier with an auxiliary leak head; forward -> (logits, leak_logit).
+
+    ``level_input``: see ``LevelFeatures``; False adds no module, parameter or operation.
+    """
 
     def __init__(self, n_classes: int, widths: tuple[int, int, int] = (32, 64, 128),
-                 dropout: float = 0.3, pool_h: int = 16, hidden: int = 256) -> None:
+                 dropout: float = 0.3, pool_h: int = 16, hidden: int = 256,
+                 level_input: bool = False) -> None:
         super().__init__()
         c1, c2, c3 = widths
         self.features = nn.Sequential(
@@ -43,14 +92,23 @@ class LeakCNN(nn.Module):
             _conv(c2, c3), nn.MaxPool2d(POOL),
             nn.AdaptiveAvgPool2d((pool_h, 1)))
         self.dropout = nn.Dropout(dropout)
-        self.fc = nn.Sequential(nn.Linear(c3 * pool_h, hidden), nn.ReLU(inplace=True))
+        self.level = LevelFeatures() if level_input else None
+        n_level = self.level.size if self.level is not None else 0
+        self.fc = nn.Sequential(nn.Linear(c3 * pool_h + n_level, hidden), nn.ReLU(inplace=True))
         self.head = nn.Linear(hidden, n_classes)
         self.leak_head = nn.Linear(hidden, 1)
         self.apply(_kaiming_init)
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        extra = None
+        if self.level is not None:
+            level = segment_level(x)                  # (B, 1, 1, 1)
+            extra = self.level(x, level)              # (B, 1 + LEVEL_BANDS)
+            x = x - level                             # the convs see spectral shape only
         h = self.features(x)                      # (B, c3, pool_h, 1)
         h = self.dropout(torch.flatten(h, 1))     # (B, c3 * pool_h)
+        if extra is not None:
+            h = torch.cat([h, extra], dim=1)      # (B, c3 * pool_h + 1 + LEVEL_BANDS)
         h = self.fc(h)                            # (B, hidden)
         return self.head(h), self.leak_head(h).squeeze(-1)  # (B, C), (B,)
 
@@ -80,7 +138,7 @@ def _kaiming_init(module: nn.Module) -> None:
 def create_model(cfg: ModelConfig, n_classes: int) -> LeakCNN:
     """Build the network described by the `model` params section."""
     model = LeakCNN(n_classes, widths=tuple(cfg.widths), dropout=cfg.dropout,
-                    pool_h=cfg.pool_h, hidden=cfg.hidden)
+                    pool_h=cfg.pool_h, hidden=cfg.hidden, level_input=cfg.level_input)
     log.debug("LeakCNN: %d classes, %d parameters", n_classes, count_parameters(model))
     return model
 

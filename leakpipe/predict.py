@@ -6,9 +6,10 @@ covered by clips of the model's clip length (evenly spaced from start to end, as
 its clips; a recording shorter than one clip is zero-padded), and scored. All long segments of
 a recording are then voted on together with the detector's rule and threshold: one row per
 recording with the leak probability (the rule's score: LEAK <=> score >= threshold), the
-decision, the rule, the share of long segments at or above the threshold and the
+decision, the rule, the share of long segments at or above the threshold, whether the
+recording's band is narrower than the model's (``band_hz``, ``band_limited``) and the
 long-segment probabilities over time (a timeline). A recording that cannot be read gets a row
-with its reason in ``notes``.
+with its reason in ``notes``. The rows are made in ``leakpipe.predict_rows``.
 
 ``run_predict`` is what `leakpipe predict` calls: the runtime, the detector (a file or an
 MLflow model URI), its scoring rules, ``predict``, one summary line. ``score_recordings`` gives
@@ -46,45 +47,24 @@ from leakpipe.audio.io import AudioSource, open_audio, stream_clips
 from leakpipe.audio.resampling import resampled_length
 from leakpipe.config import load_section
 from leakpipe.constants import AUDIO_SUFFIXES, DECISION_NAMES
-from leakpipe.decision.voting import file_scores, long_segment_probs
 from leakpipe.detector import Detector, load_detector
 from leakpipe.errors import DataError
 from leakpipe.features.mel import clip_features
 from leakpipe.files import csv_text, write_text_atomic
+from leakpipe.predict_rows import (  # the rows, here too for the callers of predict
+    COLUMNS,
+    STATUS_ERROR,
+    STATUS_OK,
+    Failed,
+    Prepared,
+    error_row,
+    result_row,
+)
 from leakpipe.runtime import Runtime, make_runtime
 from leakpipe.scoring.batching import BatchLimits, array_batches, batch_segments
 from leakpipe.scoring.score import score_batches
 
 log = logging.getLogger(__name__)
-
-COLUMNS = ("path", "status", "leak_prob", "decision", "threshold", "rule", "prob_mode",
-           "vote_fraction", "frac_long_over", "n_long", "duration_s", "long_starts_s",
-           "long_probs", "notes")
-STATUS_OK, STATUS_ERROR = "ok", "error"
-DECIMALS = 4               # probabilities and times in the CSV
-
-
-@dataclass(frozen=True)
-class Prepared:
-    """Consecutive clips of one readable recording, turned into features: all of its clips, or
-    one part of them (``last``: the final part; then the row can be written)."""
-
-    path: Path
-    mel: np.ndarray         # (clips, n_long, n_short, n_mels, n_frames) float32
-    starts_s: np.ndarray    # (clips,) clip start in seconds
-    duration_s: float       # of the whole recording
-    notes: str = ""
-    last: bool = True
-
-    @property
-    def segments(self) -> int:
-        return int(np.prod(self.mel.shape[:3]))
-
-
-@dataclass(frozen=True)
-class Failed:
-    path: Path
-    reason: str
 
 
 @dataclass(frozen=True)
@@ -157,17 +137,19 @@ def prepare(recording: Path | AudioSource, detector: Detector, min_fraction: flo
     notes = (f"shorter than one {f.clip_s:g} s clip ({duration:.3f} s): zero-padded"
              if n < f.clip_samples else "")
     starts_s = plan.starts / f.sample_rate                          # (clips,)
+    band = source.sample_rate / 2                                   # its own Nyquist, Hz
     clips: list[np.ndarray] = []
     done = 0
     for clip in stream_clips(source, plan):
         clips.append(clip)
         if len(clips) == max_clips and done + len(clips) < plan.n_clips:
             yield Prepared(path, clip_features(np.stack(clips), f),
-                           starts_s[done:done + len(clips)], duration, notes, last=False)
+                           starts_s[done:done + len(clips)], duration, band, notes, last=False)
             done, clips = done + len(clips), []
     if plan.short:
         raise AudioError(f"{path}: {plan.short}")
-    yield Prepared(path, clip_features(np.stack(clips), f), starts_s[done:], duration, notes)
+    yield Prepared(path, clip_features(np.stack(clips), f), starts_s[done:], duration, band,
+                   notes)
 
 
 def _prepare_all(recordings: Iterable[Path | AudioSource], detector: Detector,
@@ -194,40 +176,6 @@ def score_segments(detector: Detector, model: nn.Module, mel: np.ndarray, runtim
     return score_batches(model, batches, segments=tuple(mel.shape[1:3]),
                          leak_index=detector.leak_index, prob_mode=detector.voting.prob_mode,
                          runtime=runtime).seg_probs
-
-
-def _fmt(values: np.ndarray) -> str:
-    return " ".join(f"{v:.{DECIMALS}f}" for v in values)
-
-
-def result_row(prep: Prepared, starts_s: np.ndarray, seg_probs: np.ndarray,
-               detector: Detector) -> dict[str, Any]:
-    """The row of ``prep``'s recording from the (clips,) starts and (clips, L, S) probabilities
-    of all its clips: every long segment of every clip votes together."""
-    voting, f = detector.voting, detector.features
-    probs = seg_probs.reshape(1, -1, seg_probs.shape[-1])            # (1, clips * L, S)
-    score = float(file_scores(probs, voting.rule, voting.vote_fraction)[0])
-    long_probs = long_segment_probs(probs)[0]                        # (clips * L,)
-    offsets = np.arange(seg_probs.shape[1]) * f.long_hop / f.sample_rate   # (L,)
-    starts = (starts_s[:, None] + offsets[None, :]).reshape(-1)      # (clips * L,)
-    return {**_rule_fields(detector), "path": str(prep.path), "status": STATUS_OK,
-            "leak_prob": round(score, DECIMALS),
-            "decision": DECISION_NAMES[int(score >= detector.threshold)],
-            "frac_long_over": round(float((long_probs >= detector.threshold).mean()), DECIMALS),
-            "n_long": len(long_probs), "duration_s": round(prep.duration_s, DECIMALS),
-            "long_starts_s": _fmt(starts), "long_probs": _fmt(long_probs), "notes": prep.notes}
-
-
-def error_row(failed: Failed, detector: Detector) -> dict[str, Any]:
-    empty = {name: "" for name in COLUMNS}
-    return {**empty, **_rule_fields(detector), "path": str(failed.path),
-            "status": STATUS_ERROR, "notes": failed.reason}
-
-
-def _rule_fields(detector: Detector) -> dict[str, Any]:
-    voting = detector.voting
-    return {"threshold": detector.threshold, "rule": voting.rule,
-            "prob_mode": voting.prob_mode, "vote_fraction": voting.vote_fraction}
 
 
 # -- output file ---------------------------------------------------------------------------------

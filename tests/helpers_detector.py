@@ -115,11 +115,12 @@ LIMITS = BatchLimits(max_segments=16384, cpu_max_segments=1024, safety=0.5,
 
 
 def save_small_detector(path: Path, model: torch.nn.Module, input_norm: str,
-          limits: BatchLimits | None = LIMITS, min_clip_fraction: float | None = 0.5) -> Path:
-    """``model`` (SMALL_MODEL, binary, on SMALL_FEATURES) as a detector file: blend /
-    long_vote at 0.5, with its own scoring rules unless they are None."""
+          limits: BatchLimits | None = LIMITS, min_clip_fraction: float | None = 0.5, *,
+          model_cfg: ModelConfig = SMALL_MODEL) -> Path:
+    """``model`` (SMALL_MODEL unless ``model_cfg`` says otherwise, binary, on SMALL_FEATURES)
+    as a detector file: blend / long_vote at 0.5, with its own scoring rules unless None."""
     save_detector(path, Detector(
-        model=model, model_cfg=SMALL_MODEL, class_names=BINARY_CLASSES,
+        model=model, model_cfg=model_cfg, class_names=BINARY_CLASSES,
         data_class_names=KNOWN_CLASSES, binary=True, features=SMALL_FEATURES,
         voting=VotingConfig(prob_mode="blend", rule="long_vote"), threshold=0.5, metrics={},
         input_norm=input_norm, batch_limits=limits, min_clip_fraction=min_clip_fraction))

@@ -2,7 +2,8 @@
 
 `build` and `predict` decode a recording block by block and resample each clip on its own
 (``leakpipe.audio.io.stream_clips``). ``whole_file_clips`` below is the path they replaced, kept
-here as the reference: read the whole file, mix it down, resample all of it, cut. The clips and
+here as the reference: read the whole file, mix it down, high-pass it when the features say so
+(``build.highpass_hz``), resample all of it, cut. The clips and
 features of the block-wise path must be bit-identical to it, its memory must not grow with the
 length of the recording, and a long recording scored in parts must get the row it got before.
 """
@@ -22,7 +23,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 import torch
-from scipy.signal import resample_poly
+from scipy.signal import butter, resample_poly, sosfilt
 
 import leakpipe.audio.io as audio_io
 from leakpipe.audio.io import load_clips, read_frames
@@ -59,10 +60,16 @@ _keep_logging = pytest.fixture(autouse=True)(restore_logging)
 
 
 def whole_file_clips(path: Path, f: FeatureConfig, n_clips: int | None) -> np.ndarray:
-    """What `build` did before: the whole file in memory, resampled at once, then cut."""
+    """What `build` did before: the whole file in memory, resampled at once, then cut; with
+    ``f.highpass_hz``, first less the mean of its first 0.1 s and through a 4th-order
+    Butterworth high-pass (float64, from rest) at its own rate."""
     data, rate = sf.read(path, dtype="float32", always_2d=True)      # (frames, channels)
     x = data.mean(axis=1, dtype=np.float32)                          # (frames,)
     np.clip(x, -1.0, 1.0, out=x)
+    if f.highpass_hz:
+        sos = butter(4, f.highpass_hz, btype="highpass", fs=rate, output="sos")
+        level = np.mean(x[:math.ceil(0.1 * rate)], dtype=np.float64)
+        x = sosfilt(sos, x.astype(np.float64) - level).astype(np.float32)
     g = gcd(rate, f.sample_rate)
     if rate != f.sample_rate:
         x = resample_poly(x, f.sample_rate // g, rate // g).astype(np.float32)
@@ -243,7 +250,8 @@ def whole_file_row(path: Path, detector: Detector) -> dict[str, str]:
     n = math.ceil(len(data) * f.sample_rate / rate)                  # resampled length
     clips = whole_file_clips(path, f, max(1, math.ceil(n / f.clip_samples)))
     starts = np.round(np.linspace(0, max(0, n - f.clip_samples), len(clips)))
-    prep = Prepared(path, clip_features(clips, f), starts / f.sample_rate, n / f.sample_rate)
+    prep = Prepared(path, clip_features(clips, f), starts / f.sample_rate, n / f.sample_rate,
+                    rate / 2)
     runtime = make_runtime("cpu", "auto", device_key="--device")
     probs = score_segments(detector, detector.inference_model(), prep.mel, runtime, 1024)
     return {k: str(v) for k, v in result_row(prep, prep.starts_s, probs, detector).items()}

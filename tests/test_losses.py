@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterator
 
 import pytest
 import torch
 
+from leakpipe.config import ConfigError, TrainConfig, from_mapping, load_section
 from leakpipe.model import LeakCNN
 from leakpipe.train.losses import (
     LossConfig,
@@ -23,6 +25,7 @@ from leakpipe.train.losses import (
     oversampled_counts,
     weighted_ce,
 )
+from tests.conftest import PARAMS
 
 LN2 = math.log(2.0)
 
@@ -155,3 +158,83 @@ def test_watch_reports_the_first_bad_step_without_earlier_syncs() -> None:
         watch.update(parts, step)
     with pytest.raises(NonFiniteLossError, match=r"first at step 2: total=inf class=inf aux=2"):
         watch.raise_if_seen("in epoch 0")
+
+
+# ---------------------------------------------------------------------------------------------
+# label smoothing (train.label_smoothing)
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["ce", "focal"])
+def test_zero_smoothing_is_the_loss_of_before_bit_for_bit(kind: str) -> None:
+    torch.manual_seed(0)
+    logits, leak_logit, y = torch.randn(32, 5), torch.randn(32), torch.randint(0, 5, (32,))
+    counts, leak = [40, 30, 20, 10, 5], 2
+    parts = build_loss(_cfg(kind=kind, label_smoothing=0.0), counts, leak)(logits, leak_logit, y)
+    if kind == "ce":          # the formulas as they were, without any smoothing argument
+        weight = class_weights(oversampled_counts(counts, leak, 1), leak, 1.0)
+        cls = torch.nn.functional.cross_entropy(logits.float(), y, weight=weight)
+    else:
+        log_p = torch.log_softmax(logits, dim=-1).gather(1, y[:, None]).squeeze(1)
+        alpha_t = torch.where(y == leak, 0.25, 0.75)
+        cls = (-alpha_t * (1.0 - log_p.exp()).pow(2.0) * log_p).mean()
+    aux = torch.nn.functional.binary_cross_entropy_with_logits(leak_logit, (y == leak).float())
+    assert torch.equal(parts.cls, cls) and torch.equal(parts.aux, aux)
+    assert torch.equal(parts.total, cls + 0.5 * aux)
+
+
+def test_smoothed_ce_is_the_cross_entropy_against_smoothed_targets() -> None:
+    torch.manual_seed(1)
+    logits, y, eps = torch.randn(16, 4), torch.randint(0, 4, (16,)), 0.2
+    target = torch.full((16, 4), eps / 4).scatter_add_(1, y[:, None],
+                                                      torch.full((16, 1), 1 - eps))
+    expected = -(target * torch.log_softmax(logits, -1)).sum(1).mean()
+    got = weighted_ce(logits, y, smoothing=eps)
+    assert got.item() == pytest.approx(expected.item(), rel=1e-6)
+    assert weighted_ce(logits, y, torch.ones(4), smoothing=eps).item() == pytest.approx(
+        got.item(), rel=1e-6)                              # equal weights: the plain mean
+
+
+def test_smoothed_focal_without_focusing_is_alpha_weighted_smoothed_ce() -> None:
+    torch.manual_seed(2)
+    logits, y = torch.randn(16, 4), torch.randint(0, 4, (16,))
+    got = focal_loss(logits, y, gamma=0.0, alpha=0.5, leak_index=2, smoothing=0.1)
+    expected = 0.5 * weighted_ce(logits, y, smoothing=0.1)
+    assert got.item() == pytest.approx(expected.item(), rel=1e-5)
+
+
+def test_smoothed_focal_is_continuous_at_zero() -> None:
+    torch.manual_seed(3)
+    logits, y = torch.randn(16, 3), torch.randint(0, 3, (16,))
+    plain = focal_loss(logits, y, gamma=2.0, alpha=0.3, leak_index=1)
+    tiny = focal_loss(logits, y, gamma=2.0, alpha=0.3, leak_index=1, smoothing=1e-7)
+    assert tiny.item() == pytest.approx(plain.item(), rel=1e-5)
+
+
+def test_smoothed_aux_targets_are_half_eps_from_zero_and_one() -> None:
+    eps = 0.2
+    y = torch.tensor([2, 0, 2, 1])                              # LEAK is index 2
+    p = torch.where(y == 2, 1 - eps / 2, eps / 2)
+    leak_logit = torch.log(p / (1 - p)).requires_grad_(True)   # the smoothed targets exactly
+    loss = leak_aux_bce(leak_logit, y, leak_index=2, smoothing=eps)
+    loss.backward()
+    assert leak_logit.grad.abs().max().item() < 1e-6           # the minimum: nothing to learn
+    entropy = -(eps / 2 * math.log(eps / 2) + (1 - eps / 2) * math.log(1 - eps / 2))
+    assert loss.item() == pytest.approx(entropy, rel=1e-5)
+
+
+def test_build_loss_smooths_both_heads() -> None:
+    logits, leak_logit, y = torch.tensor([[8.0, -8.0]]), torch.tensor([-8.0]), torch.tensor([0])
+    sharp = build_loss(_cfg(), [10, 10], 1)(logits, leak_logit, y)
+    smooth = build_loss(_cfg(label_smoothing=0.2), [10, 10], 1)(logits, leak_logit, y)
+    assert smooth.cls > sharp.cls and smooth.aux > sharp.aux   # confident: penalised now
+
+
+def test_label_smoothing_is_a_checked_train_key() -> None:
+    raw = dataclasses.asdict(load_section(PARAMS, "train"))
+    assert raw["label_smoothing"] == 0.0
+    assert LossConfig.from_train(from_mapping(TrainConfig, {**raw, "label_smoothing": 0.1},
+                                              "train")).label_smoothing == 0.1
+    for bad, rule in ((0.5, "< 0.5"), (-0.1, ">= 0")):
+        with pytest.raises(ConfigError, match=rf"train\.label_smoothing: must be {rule}"):
+            from_mapping(TrainConfig, {**raw, "label_smoothing": bad}, "train", "params.yaml")

@@ -124,6 +124,23 @@ def test_probabilities_match_the_features_build_computes(tmp_path: Path, recordi
     assert float(_rows(out)["pcm16.wav"]["leak_prob"]) == pytest.approx(expected, abs=1e-4)
 
 
+def test_rows_say_whether_the_recording_covers_the_models_band(tmp_path: Path,
+                                                               detector_path: Path) -> None:
+    """``band_hz`` is the recording's own Nyquist frequency, ``band_limited`` whether it lies
+    below the model's fmax (2048 Hz here): the bands above it see only the resampler."""
+    rng = np.random.default_rng(0)
+    for name, rate in [("narrow.wav", 2000), ("model.wav", RATE), ("wide.wav", 44100)]:
+        signal = 0.1 * rng.standard_normal(int(1.5 * rate)).astype(np.float32)
+        sf.write(tmp_path / name, signal, rate, subtype="FLOAT")
+    (tmp_path / "broken.wav").write_bytes(b"RIFF\x10\x00\x00\x00WAVEjunk")
+    out = tmp_path / "out.csv"
+    assert _predict(tmp_path, "--model", detector_path, "--out", out) == 0
+    rows = _rows(out)
+    assert {name: (row["band_hz"], row["band_limited"]) for name, row in rows.items()} == {
+        "narrow.wav": ("1000.0", "True"), "model.wav": ("2048.0", "False"),
+        "wide.wav": ("22050.0", "False"), "broken.wav": ("", "")}
+
+
 def test_resume_skips_done_recordings_and_redoes_a_cut_line(tmp_path: Path, recordings: Path,
                                                             detector_path: Path) -> None:
     out = tmp_path / "out.csv"

@@ -41,7 +41,7 @@ from tests.test_ui import HOST, STOP_S, _free_port, _listening_addresses, _stop,
 # recording of two clips and a half
 WAVS = [("a.wav", 2.5, 8000, "PCM_16"), ("b.wav", 1.5, 44100, "PCM_24")]
 NAME = "leakpipe-detector"
-NUMBERS = ("leak_prob", "threshold", "vote_fraction", "frac_long_over", "duration_s")
+NUMBERS = ("leak_prob", "threshold", "vote_fraction", "frac_long_over", "duration_s", "band_hz")
 TEXTS = ("status", "decision", "rule", "prob_mode", "notes")
 
 
@@ -100,6 +100,7 @@ def _assert_same(answer: dict, row: dict[str, str]) -> None:
     for key in NUMBERS:
         assert answer[key] == float(row[key]), key
     assert answer["n_long"] == int(row["n_long"])
+    assert answer["band_limited"] is (row["band_limited"] == "True")
     for key in TEXTS:
         assert answer[key] == row[key], key
     for key in ("long_starts_s", "long_probs"):
@@ -148,6 +149,8 @@ def test_unusable_recordings_get_error_rows_and_the_rest_an_answer(served: Serve
     assert "non-finite" in answers[1]["notes"]
     assert "positive integer" in answers[2]["notes"]
     assert answers[0]["leak_prob"] is None and answers[0]["long_probs"] == []
+    assert answers[0]["band_hz"] is None and answers[0]["band_limited"] is None
+    assert (answers[3]["band_hz"], answers[3]["band_limited"]) == (4000.0, False)   # 8 kHz
     assert answers[3]["leak_prob"] == answers[4]["leak_prob"]
 
 

@@ -79,7 +79,10 @@ class ClipPlan:
     whole recording's, and the span reaches the filter's half length past the clip on either
     side (or to the file's ends, where the whole-recording resampling pads with zeros as well).
     Every output sample of the clip then sums the same products in the same order: the clips
-    are bit-identical to the whole-recording ones (tests/test_long_recordings.py).
+    are bit-identical to the whole-recording ones (tests/test_long_recordings.py). With
+    ``highpass_hz`` > 0 the recording is first high-passed as a whole, at its own rate
+    (``leakpipe.audio.highpass``, its state carried across the decoded blocks), then resampled
+    and cut the same way.
     """
 
     sr_in: int
@@ -93,6 +96,7 @@ class ClipPlan:
     first: np.ndarray         # (clips,) int64: first input frame resampled for the clip
     stop: np.ndarray          # (clips,) int64: input frame after the last one
     short: str = ""           # "too short: ..." when the recording gives no clip (none planned)
+    highpass_hz: float = 0.0  # DC removal and high-pass before resampling (0 = off)
 
     @property
     def n_clips(self) -> int:
@@ -116,11 +120,11 @@ def plan_clips(frames: int, sample_rate: int, features: FeatureConfig, n_clips: 
     none = np.zeros(0, np.int64)
     if short := too_short_reason(n_out, size, min_fraction):
         return ClipPlan(sample_rate, features.sample_rate, up, down, frames, n_out, size, none,
-                        none, none, short)
+                        none, none, short, features.highpass_hz)
     starts = clip_starts(n_out, size, count)  # (clips,)
     half = 0 if up == down else HALF_TAPS_PER_RATE * max(up, down)  # equal rates: no filter
     # output k sums input frames i with |k * down - i * up| <= half
     first = np.maximum(0, (starts * down - half) // up // down * down)
     stop = np.minimum(frames, ((starts + size - 1) * down + half) // up + 1)
     return ClipPlan(sample_rate, features.sample_rate, up, down, frames, n_out, size, starts,
-                    first, stop)
+                    first, stop, highpass_hz=features.highpass_hz)

@@ -12,10 +12,12 @@ path as a file's.
 A recording of any length is read in bounded memory: ``open_audio`` reads its header,
 ``plan_clips`` places the clips, and ``stream_clips`` decodes the file once, front to back, in
 blocks of ``BLOCK_FRAMES`` frames, hands each block to the caller (the signal checks of
-``leakpipe.audio.quality``), mixes it down and copies out the frames the clips need; each clip
-is resampled on its own as soon as its frames are in. Memory holds a block, the clips being
-filled and the clips made, never the whole recording, and every clip is bit-identical to the
-same clip cut from the whole recording resampled at once (see ``ClipPlan``). ``read_frames``
+``leakpipe.audio.quality``), mixes it down, high-passes it (``build.highpass_hz``, the filter's
+state carried from block to block: ``leakpipe.audio.highpass``) and copies out the frames the
+clips need; each clip is resampled on its own as soon as its frames are in. Memory holds a
+block, the clips being filled and the clips made, never the whole recording, and every clip is
+bit-identical to the same clip cut from the whole recording resampled at once (see
+``ClipPlan``). ``read_frames``
 and ``read_audio`` still return a whole recording, for short files and tests.
 """
 
@@ -31,6 +33,7 @@ import numpy as np
 import soundfile as sf
 
 from leakpipe.audio.clips import AudioError, ClipPlan, plan_clips
+from leakpipe.audio.highpass import HighPass
 from leakpipe.audio.quality import BLOCK_FRAMES  # the checks' block: the same sums
 from leakpipe.audio.resampling import resample
 from leakpipe.audio.riff import UnsupportedWav, WavLayout, decode_wav, wav_layout, wav_subtype
@@ -292,16 +295,18 @@ def stream_clips(source: AudioSource, plan: ClipPlan | None,
     """Decode ``source`` once, block by block, and yield the clips of ``plan`` in order, each
     (clip_samples,) float32; with no plan only decode and check.
 
-    Each block (frames, channels) goes to ``on_block`` (the signal checks), then is mixed down
-    by the mean, clipped to [-1, 1] and cut. What needs the whole file is checked once it is
-    read, before the generator ends: no frames or non-finite samples raise ``AudioError`` (so a
-    caller drops the clips it already got), as does a decoder that stopped short of the frames
-    its header announced when clips were planned on them; a truncated WAV, a RIFF fallback and
-    samples beyond full scale are logged, one WARNING each.
+    Each block (frames, channels) goes to ``on_block`` (the signal checks, which see the
+    recording as it is), then is mixed down by the mean, clipped to [-1, 1], high-passed when
+    the plan says so (``ClipPlan.highpass_hz``) and cut. What needs the whole file is checked
+    once it is read, before the generator ends: no frames or non-finite samples raise
+    ``AudioError`` (so a caller drops the clips it already got), as does a decoder that stopped
+    short of the frames its header announced when clips were planned on them; a truncated WAV,
+    a RIFF fallback and samples beyond full scale are logged, one WARNING each.
     """
     path, decoder = source.path, _Decoder(source)
     cutter = _Cutter(plan) if plan is not None else None
-    read = bad = 0
+    highpass = _highpass(plan, path)
+    read = bad = fed = 0
     peak = 0.0
     for block in decoder:
         bad += int(np.count_nonzero(~np.isfinite(block)))
@@ -311,8 +316,13 @@ def stream_clips(source: AudioSource, plan: ClipPlan | None,
             if cutter is not None:
                 mono, block_peak = _mixdown(block)  # (frames,)
                 peak = max(peak, block_peak)
-                yield from cutter.feed(mono, read)
+                if highpass is not None:
+                    mono = highpass(mono)  # the frames filtered so far (the first ones held)
+                yield from cutter.feed(mono, fed)
+                fed += len(mono)
         read += len(block)
+    if highpass is not None and cutter is not None and not bad:
+        yield from cutter.feed(highpass.flush(), fed)
     if read == 0:
         raise AudioError(f"{path}: empty (no audio frames)")
     if bad:
@@ -326,6 +336,17 @@ def stream_clips(source: AudioSource, plan: ClipPlan | None,
     elif decoder.how:
         log.warning("%s: read %d frames%s", path, read, decoder.how)
     _warn_peak(path, peak)
+
+
+def _highpass(plan: ClipPlan | None, path: Path) -> HighPass | None:
+    """The plan's high-pass of the recording (None when off); a rate too low for it is an
+    ``AudioError``."""
+    if plan is None or not plan.highpass_hz or not plan.n_clips:
+        return None
+    if plan.highpass_hz >= plan.sr_in / 2:
+        raise AudioError(f"{path}: sample rate {plan.sr_in} Hz is too low for the "
+                         f"{plan.highpass_hz:g} Hz high-pass (build.highpass_hz)")
+    return HighPass(plan.highpass_hz, plan.sr_in, plan.frames_in)
 
 
 def read_clips(source: AudioSource, plan: ClipPlan,

@@ -85,7 +85,7 @@ class BaselineReport:
     comparison: dict[str, Any]        # flat: best_baseline, cnn_file_f1, margin_file_f1, ...
 
 
-def _x(split: ClipFeatures, name: str) -> np.ndarray:
+def model_inputs(split: ClipFeatures, name: str) -> np.ndarray:
     return split.mfcc if FEATURE_SET[name] == MFCC else split.level
 
 
@@ -108,8 +108,9 @@ def fit_and_select(name: str, train: ClipFeatures, val: ClipFeatures, cfg: Basel
     """Fit every grid combination on train; keep the best on val (model, hyper, point, grid)."""
     best, best_key, rows = None, None, []
     for hyper in hyper_grid(cfg, name):
-        model = make_model(name, hyper, cfg.seed, cfg.threads).fit(_x(train, name), train.truth)
-        scores = leak_scores(model, _x(val, name))
+        model = make_model(name, hyper, cfg.seed, cfg.threads)
+        model.fit(model_inputs(train, name), train.truth)
+        scores = leak_scores(model, model_inputs(val, name))
         point = choose_on_val(scores, val.truth, ev, decision)
         auc = ranking_metrics(val.truth, scores)["roc_auc"]
         key = (point.met, point.value, auc if math.isfinite(auc) else -math.inf)
@@ -147,7 +148,7 @@ def evaluate_model(name: str, splits: Mapping[str, ClipFeatures], cfg: Baselines
                "eval/target_met": float(point.met)}
     for split_name, bootstrap in ((VAL, False), (TEST, True)):
         split = splits[split_name]
-        scores = leak_scores(model, _x(split, name))                # (F,)
+        scores = leak_scores(model, model_inputs(split, name))                # (F,)
         decision = decide(scores, point.threshold)[0]                 # (F,) ties are LEAK
         metrics.update(split_figures(split_name, split, scores, decision, ev,
                                      bootstrap=bootstrap))

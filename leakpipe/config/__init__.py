@@ -16,6 +16,7 @@ Package layout (import from ``leakpipe.config``; the submodules are an implement
 - ``shared``: `runtime` and `decision`, the sections several stages read, and the rules
   across sections.
 - ``adaptation``: `adapt` (field adaptation by pseudo-labelling rounds).
+- ``crossval``: `cv` (grouped cross-validation of the CNN and the baselines).
 - ``tuning``: `tune`, its search space (``TuneSpace``, ``ParamSpec``) and the TUNE_* constants.
 - ``sections``: ``SECTIONS``, the section name -> dataclass table.
 - ``loading``: ``read_params``, ``load_section``, ``from_mapping``: strict conversion and
@@ -28,6 +29,7 @@ training <- tuning; all section modules <- sections <- loading <- this package.
 from __future__ import annotations
 
 from leakpipe.config.adaptation import AdaptConfig
+from leakpipe.config.crossval import CV_METHODS, CrossvalConfig
 from leakpipe.config.data import (
     BuildConfig,
     FeatureConfig,
@@ -48,7 +50,7 @@ from leakpipe.config.evaluation import (
     XgboostGrid,
 )
 from leakpipe.config.fields import num
-from leakpipe.config.loading import from_mapping, load_section, read_params
+from leakpipe.config.loading import from_mapping, load_section, read_params, stored_features
 from leakpipe.config.sections import SECTIONS
 from leakpipe.config.shared import DecisionConfig, RuntimeConfig, check_aux_head
 from leakpipe.config.training import (
@@ -71,6 +73,8 @@ from leakpipe.errors import ConfigError
 
 __all__ = [
     "AdaptConfig",
+    "CV_METHODS",
+    "CrossvalConfig",
     "check_aux_head",
     "DecisionConfig",
     "RuntimeConfig",
@@ -80,6 +84,7 @@ __all__ = [
     "from_mapping",
     "load_section",
     "read_params",
+    "stored_features",
     # fields
     "num",
     # data

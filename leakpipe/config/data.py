@@ -6,21 +6,36 @@ HDF5 build, validation and the training data's memory plan (`synth`, `field`, `b
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from leakpipe.config.fields import num
 from leakpipe.constants import KNOWN_CLASSES
 
-__all__ = ["BuildConfig", "FeatureConfig", "FieldConfig", "PreloadConfig", "QualityConfig",
-           "SplitConfig", "SynthConfig", "ValidateConfig"]
+__all__ = ["FEATURE_ADDED_DEFAULTS", "BuildConfig", "FeatureConfig", "FieldConfig",
+           "PreloadConfig", "QualityConfig", "SplitConfig", "SynthConfig", "ValidateConfig"]
+
+# Feature keys added after HDF5 splits and model files were written: the value that a stored
+# feature config without the key means (the features from before the key existed). ``to_dict``
+# leaves such a key out while it holds that value, so those files' feature configs are the same
+# as before; ``leakpipe.config.stored_features`` fills it back in.
+FEATURE_ADDED_DEFAULTS: dict[str, Any] = {"highpass_hz": 0.0}
 
 
 @dataclass(frozen=True, kw_only=True)
 class SynthConfig:
-    """`synth`: the embedded default recordings (a physically motivated generator)."""
+    """`synth`: the embedded default recordings (a physically motivated generator).
+
+    ``scenario`` picks what is rendered: the default benchmark, or a small utility-like
+    network (``leakpipe.audio.network``) of ``network_sites`` sites; the network scenario reads
+    only ``seed``, ``network_sites``, ``subtype`` and ``workers``. Both have defaults, so
+    configs made in code before they existed still mean the benchmark.
+    """
 
     seed: int = num(ge=0)
+    scenario: Literal["benchmark", "small_network"] = "benchmark"
+    network_sites: int = num(30, ge=3, le=999)
     classes: tuple[str, ...]
     n_sites: int = num(ge=3)
     recordings_per_class: int = num(ge=1)
@@ -83,6 +98,10 @@ class FeatureConfig:
 
     Not a params section of its own: it is the feature subset of `build` (see
     ``BuildConfig.features``), so that `dvc exp run -S build.n_mels=32` changes it.
+
+    ``highpass_hz``: the recording's mean is removed and a Butterworth high-pass at this
+    frequency applied before it is cut into clips (``leakpipe.audio.highpass``); 0 = off, and
+    what a stored config without the key means (``FEATURE_ADDED_DEFAULTS``).
     """
 
     sample_rate: int = num(ge=1000)
@@ -98,6 +117,7 @@ class FeatureConfig:
     fmax: float = num(gt=0)
     power: float = num(gt=0)
     log_floor: float = num(gt=0)
+    highpass_hz: float = num(0.0, ge=0)
 
     @property
     def clip_samples(self) -> int:
@@ -142,10 +162,15 @@ class FeatureConfig:
             out.append(("fmin", "must be below fmax"))
         if self.long_hop < 1:
             out.append(("long_hop_s", "is shorter than one sample"))
+        if not math.isfinite(self.highpass_hz) or self.highpass_hz >= self.sample_rate / 2:
+            out.append(("highpass_hz", f"must be finite and below the Nyquist frequency "
+                                       f"{self.sample_rate / 2} (0 = off)"))
         return out
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """The stored form; keys of ``FEATURE_ADDED_DEFAULTS`` at that value are left out."""
+        return {k: v for k, v in dataclasses.asdict(self).items()
+                if k not in FEATURE_ADDED_DEFAULTS or v != FEATURE_ADDED_DEFAULTS[k]}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -177,7 +202,7 @@ class QualityConfig:
 class BuildConfig(FeatureConfig):
     """`build`: recordings -> two-stage-segmented log-mel HDF5, one file per split.
 
-    The feature keys (sample_rate ... log_floor, inherited from ``FeatureConfig``) sit flat in
+    The feature keys (sample_rate ... highpass_hz, inherited from ``FeatureConfig``) sit flat in
     this section, so `dvc exp run -S build.n_mels=32` changes them; ``features`` extracts them.
     """
 

@@ -16,10 +16,11 @@ from typing import Any, Literal
 
 import yaml
 
+from leakpipe.config.data import FEATURE_ADDED_DEFAULTS, FeatureConfig
 from leakpipe.config.sections import SECTIONS
 from leakpipe.errors import ConfigError
 
-__all__ = ["from_mapping", "load_section", "read_params"]
+__all__ = ["from_mapping", "load_section", "read_params", "stored_features"]
 
 
 def read_params(path: Path | str) -> dict[str, Any]:
@@ -72,6 +73,14 @@ def from_mapping(cls: type, raw: Any, prefix: str, source: str = "<params>") -> 
     for sub_key, problem in getattr(obj, "problems", lambda: [])():
         raise ConfigError(f"{source}: {prefix}.{sub_key}: {problem}")
     return obj
+
+
+def stored_features(raw: Any, prefix: str, source: str = "<stored>") -> FeatureConfig:
+    """The feature config stored in an HDF5 split or a model file (strict, as ``from_mapping``),
+    a file written before a key of ``FEATURE_ADDED_DEFAULTS`` existed meaning its old value."""
+    if isinstance(raw, Mapping):
+        raw = {**FEATURE_ADDED_DEFAULTS, **raw}
+    return from_mapping(FeatureConfig, raw, prefix, source)
 
 
 def _convert(value: Any, hint: Any, key: str, source: str) -> Any:

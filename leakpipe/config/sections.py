@@ -7,6 +7,7 @@ imports the other: this module imports every section module, the loader imports 
 from __future__ import annotations
 
 from leakpipe.config.adaptation import AdaptConfig
+from leakpipe.config.crossval import CrossvalConfig
 from leakpipe.config.data import (
     BuildConfig,
     FieldConfig,
@@ -38,4 +39,5 @@ SECTIONS: dict[str, type] = {
     "baselines": BaselinesConfig,
     "tune": TuneConfig,
     "adapt": AdaptConfig,
+    "cv": CrossvalConfig,
 }

@@ -4,27 +4,57 @@ diagnostics (`model`, `train`, `train.augment`, `monitor`).
 
 from __future__ import annotations
 
+import math
 import typing
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from leakpipe.config.fields import num
 
-__all__ = ["INPUT_NORMS", "MODEL_WIDTHS", "AugmentConfig", "InputNorm", "ModelConfig",
-           "MonitorConfig", "TrainConfig"]
+__all__ = ["ADDED_DEFAULTS", "INPUT_NORMS", "MODEL_WIDTHS", "AugmentConfig", "InputNorm",
+           "ModelConfig", "MonitorConfig", "TrainConfig", "with_added_defaults",
+           "without_added_defaults"]
 
 
 MODEL_WIDTHS = 3  # LeakCNN has exactly three conv layers
+# Keys added after model files, checkpoints and studies were written: the value that one
+# without the key means (the behaviour from before the key existed).
+ADDED_DEFAULTS: dict[str, dict[str, Any]] = {
+    "model": {"level_input": False},
+    "train": {"label_smoothing": 0.0},
+}
+
+
+def with_added_defaults(section: str, values: Mapping[str, Any]) -> dict[str, Any]:
+    """``values`` of a file written before some keys of ``section`` existed, those filled in."""
+    return {**ADDED_DEFAULTS.get(section, {}), **values}
+
+
+def without_added_defaults(section: str, values: Mapping[str, Any]) -> dict[str, Any]:
+    """``values`` less the added keys that hold their old meaning (what older files held)."""
+    added = ADDED_DEFAULTS.get(section, {})
+    return {k: v for k, v in values.items() if k not in added or v != added[k]}
 
 
 @dataclass(frozen=True, kw_only=True)
 class ModelConfig:
-    """`model`: the LeakCNN network (the original LeakCNNMulti)."""
+    """`model`: the LeakCNN network (the original LeakCNNMulti).
+
+    ``level_input`` (leakpipe.model.LevelFeatures): the convolutions see each segment minus its
+    own mean log-mel (spectral shape only) and the hidden layer also gets the segment's level
+    and LEVEL_BANDS coarse band levels, batch-normalised. What the level is depends on
+    ``train.input_norm``: with ``none`` the absolute level at the sensor (comparable across
+    sensors of one model at one gain), with ``clip_level`` / ``clip_band`` the segment's level
+    relative to its own clip (the clip's loudness removed). False: the original network, bit
+    for bit; model files without the key mean false.
+    """
 
     widths: tuple[int, ...]
     dropout: float = num(ge=0, lt=1)
     pool_h: int = num(ge=1)
     hidden: int = num(ge=1)
+    level_input: bool = False
 
     def problems(self) -> list[tuple[str, str]]:
         if len(self.widths) != MODEL_WIDTHS or min(self.widths, default=0) < 1:
@@ -42,6 +72,11 @@ class AugmentConfig:
 
     ``enabled: false`` leaves the batches bit-identical to plain training; each amount at 0
     switches its operation off. See leakpipe.data.augment and docs/training.md.
+
+    ``band_limit_prob``: the share of training files (drawn per file and epoch) whose bands
+    above a Nyquist frequency drawn from ``band_limit_hz`` (those of common logger rates below
+    the model's) become what the build makes of a recording at that rate
+    (``leakpipe.features.empty_band``).
     """
 
     enabled: bool
@@ -56,10 +91,18 @@ class AugmentConfig:
     freq_masks: int = num(ge=0)
     freq_mask_bands: int = num(ge=1)
     freq_mask_value: Literal["mean", "min"]
+    band_limit_prob: float = num(ge=0, le=1)
+    band_limit_hz: tuple[float, ...]
 
     def problems(self) -> list[tuple[str, str]]:
         if self.mix_snr_min_db > self.mix_snr_max_db:
             return [("mix_snr_min_db", "must not exceed mix_snr_max_db")]
+        if self.band_limit_prob > 0 and not self.band_limit_hz:
+            return [("band_limit_hz", "needs at least one frequency when band_limit_prob > 0")]
+        for hz in self.band_limit_hz:
+            if not (math.isfinite(hz) and hz > 0 and (2 * hz).is_integer()):
+                return [("band_limit_hz", f"{hz!r} is not the Nyquist frequency of an integer "
+                                          "sample rate (e.g. 2048.0 for 4096 Hz loggers)")]
         return []
 
 
@@ -87,6 +130,7 @@ class TrainConfig:
     leak_weight_boost: float = num(gt=0)
     leak_aux_weight: float = num(ge=0)
     leak_oversample_factor: int = num(ge=1)
+    label_smoothing: float = num(0.0, ge=0, lt=0.5)  # class CE / focal and the aux leak BCE
     monitor: Literal["val/file_f1", "val/loss"]
     early_stop_patience: int = num(ge=1)
     early_stop_min_delta: float = num(ge=0)

@@ -14,7 +14,7 @@ from types import TracebackType
 import h5py
 import numpy as np
 
-from leakpipe.config import ConfigError, FeatureConfig, from_mapping
+from leakpipe.config import ConfigError, FeatureConfig, stored_features
 from leakpipe.constants import (
     ATTR_CHUNK_ROWS,
     ATTR_CLASS_NAMES,
@@ -118,7 +118,7 @@ class SplitReader:
     def features(self) -> FeatureConfig:
         raw = self._json_attr(ATTR_FEATURES)
         try:
-            return from_mapping(FeatureConfig, raw, ATTR_FEATURES, str(self.path))
+            return stored_features(raw, ATTR_FEATURES, str(self.path))
         except ConfigError as exc:
             raise DataFormatError(str(exc)) from None
 

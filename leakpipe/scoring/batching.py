@@ -53,7 +53,7 @@ def activation_bytes(model_cfg: ModelConfig, n_mels: int, n_frames: int) -> int:
     """Bytes one segment needs in an inference forward pass of LeakCNN (with headroom)."""
     c1, c2, c3 = model_cfg.widths
     area = n_mels * n_frames
-    values = (area                                         # float32 copy of the input
+    values = (area * (2 if model_cfg.level_input else 1)   # float32 input (level_input: - level)
               + (c1 + c2) * area                           # conv1, conv2 (ReLU in place)
               + (c2 + c3) * area // POOL_STEPS             # pool, conv3
               + c3 * area // POOL_STEPS**2                 # pool

@@ -19,10 +19,10 @@ accepted: a served model would then read files on the server's disk for whoever 
 
 Output, one row per recording in input order: ``id`` and then predict's columns (``status``,
 ``leak_prob``, ``decision``, ``threshold``, ``rule``, ``prob_mode``, ``vote_fraction``,
-``frac_long_over``, ``n_long``, ``duration_s``, ``long_starts_s``, ``long_probs``, ``notes``),
-the timeline as two lists of numbers. A recording that cannot be used (too short, non-finite
-samples, a bad rate) gets ``status`` "error" and its reason in ``notes``; the others are still
-answered.
+``frac_long_over``, ``n_long``, ``duration_s``, ``band_hz``, ``band_limited``,
+``long_starts_s``, ``long_probs``, ``notes``), the timeline as two lists of numbers. A
+recording that cannot be used (too short, non-finite samples, a bad rate) gets ``status``
+"error" and its reason in ``notes``; the others are still answered.
 
 Modules: ``model`` (``DetectorModel``, the schema and input example, ``log_served_detector``),
 ``model_code`` (what MLflow runs at load time), ``server`` (`leakpipe serve`). Nothing is

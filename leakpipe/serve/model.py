@@ -44,11 +44,13 @@ INPUT_SCHEMA = Schema([
     ColSpec(DataType.long, "sample_rate"),
     ColSpec(DataType.string, "id", required=False),
 ])
-_NUMBER_COLUMNS = ("leak_prob", "threshold", "vote_fraction", "frac_long_over", "duration_s")
+_NUMBER_COLUMNS = ("leak_prob", "threshold", "vote_fraction", "frac_long_over", "duration_s",
+                   "band_hz")
 _TEXT_COLUMNS = ("id", "status", "decision", "rule", "prob_mode", "notes")
 OUTPUT_SCHEMA = Schema([
     ColSpec(Array(DataType.double) if name in TIMELINE
             else DataType.double if name in _NUMBER_COLUMNS
+            else DataType.boolean if name == "band_limited"
             else DataType.long if name == "n_long" else DataType.string, name)
     for name in OUTPUT_COLUMNS
 ])

@@ -4,6 +4,11 @@ Pure functions of logits and labels; ``build_loss`` binds them to the params. Th
 is passed in (derived from the class names by the caller), never assumed. A non-finite loss
 raises ``NonFiniteLossError`` naming every loss component (detectron2-style fail fast);
 ``NonFiniteWatch`` records the first bad step on the device so the loop need not sync per step.
+
+Label smoothing (``train.label_smoothing`` = eps) replaces every one-hot class target by
+(1 - eps) one-hot + eps / C, in both class losses, and the aux leak targets 0 / 1 by eps / 2,
+1 - eps / 2 (the same rule with C = 2), so both heads are kept from certainty alike. At 0 every
+loss is computed exactly as without it.
 """
 
 from __future__ import annotations
@@ -52,12 +57,14 @@ class LossConfig:
     leak_weight_boost: float
     leak_aux_weight: float
     leak_oversample_factor: int
+    label_smoothing: float = 0.0
 
     @classmethod
     def from_train(cls, cfg: TrainConfig) -> LossConfig:
         return cls(kind=cfg.loss, focal_gamma=cfg.focal_gamma, focal_alpha=cfg.focal_alpha,
                    leak_weight_boost=cfg.leak_weight_boost, leak_aux_weight=cfg.leak_aux_weight,
-                   leak_oversample_factor=cfg.leak_oversample_factor)
+                   leak_oversample_factor=cfg.leak_oversample_factor,
+                   label_smoothing=cfg.label_smoothing)
 
 
 def oversampled_counts(counts: Sequence[int], leak_index: int, factor: int) -> list[float]:
@@ -80,31 +87,60 @@ def class_weights(counts: Sequence[float], leak_index: int, leak_boost: float) -
     return weights.float()
 
 
-def weighted_ce(logits: Tensor, y: Tensor, weight: Tensor | None = None) -> Tensor:
-    """Cross-entropy, weighted mean over the batch (sum w_y * l / sum w_y)."""
-    return F.cross_entropy(logits.float(), y, weight=weight)  # logits (B, C), y (B,)
+def weighted_ce(logits: Tensor, y: Tensor, weight: Tensor | None = None,
+                smoothing: float = 0.0) -> Tensor:
+    """Cross-entropy, weighted mean over the batch (sum w_y * l / sum w_y).
+
+    ``smoothing`` is torch's ``label_smoothing``: with class weights its eps / C part weighs
+    each class's log-probability by that class's weight (absent classes, weight 0, get none).
+    """
+    return F.cross_entropy(logits.float(), y, weight=weight,   # logits (B, C), y (B,)
+                           label_smoothing=smoothing)
 
 
 def focal_loss(logits: Tensor, y: Tensor, *, gamma: float, alpha: float,
-               leak_index: int) -> Tensor:
-    """Mean of -alpha_t (1 - p_t)^gamma log p_t; alpha_t = alpha for LEAK, 1 - alpha otherwise."""
+               leak_index: int, smoothing: float = 0.0) -> Tensor:
+    """Mean of -alpha_t (1 - p_t)^gamma log p_t; alpha_t = alpha for LEAK, 1 - alpha otherwise.
+
+    With ``smoothing`` eps: the mean of -sum_c q_c alpha_c (1 - p_c)^gamma log p_c over the
+    smoothed targets q = (1 - eps) one-hot + eps / C (the same at eps = 0).
+    """
+    if smoothing:
+        return _smoothed_focal(logits, y, gamma=gamma, alpha=alpha, leak_index=leak_index,
+                               smoothing=smoothing)
     log_p = F.log_softmax(logits.float(), dim=-1).gather(1, y[:, None]).squeeze(1)  # (B,)
     alpha_t = torch.where(y == leak_index, alpha, 1.0 - alpha)                       # (B,)
     return (-alpha_t * (1.0 - log_p.exp()).pow(gamma) * log_p).mean()
 
 
-def leak_aux_bce(leak_logit: Tensor, y: Tensor, leak_index: int) -> Tensor:
-    """BCE-with-logits of the auxiliary head against (label == leak index)."""
+def _smoothed_focal(logits: Tensor, y: Tensor, *, gamma: float, alpha: float,
+                    leak_index: int, smoothing: float) -> Tensor:
+    log_p = F.log_softmax(logits.float(), dim=-1)                                   # (B, C)
+    n_classes = log_p.shape[-1]
+    target = torch.full_like(log_p, smoothing / n_classes)
+    target.scatter_add_(1, y[:, None], torch.full_like(log_p[:, :1], 1.0 - smoothing))
+    alpha_c = torch.full((n_classes,), 1.0 - alpha, device=log_p.device)
+    alpha_c[leak_index] = alpha                                                       # (C,)
+    per_class = alpha_c * (1.0 - log_p.exp()).pow(gamma) * log_p                      # (B, C)
+    return -(target * per_class).sum(dim=1).mean()
+
+
+def leak_aux_bce(leak_logit: Tensor, y: Tensor, leak_index: int,
+                 smoothing: float = 0.0) -> Tensor:
+    """BCE-with-logits of the auxiliary head against (label == leak index), with ``smoothing``
+    eps against eps / 2 and 1 - eps / 2."""
     target = (y == leak_index).float()                                  # (B,)
+    if smoothing:
+        target = target * (1.0 - smoothing) + smoothing / 2
     return F.binary_cross_entropy_with_logits(leak_logit.float(), target)
 
 
 def combined_loss(logits: Tensor, leak_logit: Tensor, y: Tensor, *,
                   class_loss: Callable[[Tensor, Tensor], Tensor], leak_index: int,
-                  aux_weight: float) -> LossParts:
-    """class loss + aux_weight x auxiliary leak BCE."""
+                  aux_weight: float, smoothing: float = 0.0) -> LossParts:
+    """class loss + aux_weight x auxiliary leak BCE (``smoothing``: of the aux targets)."""
     cls = class_loss(logits, y)
-    aux = leak_aux_bce(leak_logit, y, leak_index)
+    aux = leak_aux_bce(leak_logit, y, leak_index, smoothing)
     return LossParts(total=cls + aux_weight * aux, cls=cls, aux=aux)
 
 
@@ -113,13 +149,14 @@ def build_loss(cfg: LossConfig, class_counts: Sequence[int], leak_index: int,
     """The loss function ``(logits, leak_logit, y) -> LossParts`` described by ``cfg``."""
     if cfg.kind == "focal":
         class_loss = functools.partial(focal_loss, gamma=cfg.focal_gamma, alpha=cfg.focal_alpha,
-                                       leak_index=leak_index)
+                                       leak_index=leak_index, smoothing=cfg.label_smoothing)
     else:
         counts = oversampled_counts(class_counts, leak_index, cfg.leak_oversample_factor)
         weight = class_weights(counts, leak_index, cfg.leak_weight_boost).to(device)
-        class_loss = functools.partial(weighted_ce, weight=weight)
+        class_loss = functools.partial(weighted_ce, weight=weight,
+                                       smoothing=cfg.label_smoothing)
     return functools.partial(combined_loss, class_loss=class_loss, leak_index=leak_index,
-                             aux_weight=cfg.leak_aux_weight)
+                             aux_weight=cfg.leak_aux_weight, smoothing=cfg.label_smoothing)
 
 
 def describe_parts(values: Sequence[float]) -> str:

@@ -3,7 +3,8 @@
 ``restore`` picks, in ``checkpoint_dir``, the mid-epoch ``partial.pt`` when it is newer than
 every epoch checkpoint, else the newest ``epoch-NNNN.pt``, else ``train.init_checkpoint``
 (continual learning), else nothing. A resumed run must have the params, classes and data of
-the run that wrote the checkpoint; ``RESUME_FREE_KEYS`` may change in between.
+the run that wrote the checkpoint; ``RESUME_FREE_KEYS`` may change in between, and a key the
+checkpoint predates counts as its ``ADDED_DEFAULTS`` value.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 
 import torch
 
+from leakpipe.config.training import with_added_defaults
 from leakpipe.detector import DETECTOR_FORMAT, NETWORK_FORMAT
 from leakpipe.train import checkpoint as ckpt_io
 from leakpipe.train.state import RunState
@@ -93,14 +95,16 @@ def check_same_run(ckpt: Mapping[str, Any], run: RunState, path: Path) -> None:
     saved = ckpt.get("config", {})
     for section, values in run.config.items():
         free = RESUME_FREE_KEYS.get(section, ())
+        written = with_added_defaults(section, saved.get(section, {}))
         for key, value in values.items():
-            old = saved.get(section, {}).get(key)
+            old = written.get(key)
             if key not in free and old != value:
                 raise ckpt_io.CheckpointError(f"{path}: written with {section}.{key} = {old!r}, "
                                               f"params now say {value!r}; {advice}")
 
 
-def _init_source(path: Path, reset_optimizer: bool, input_norm: str) -> dict[str, Any]:
+def _init_source(path: Path, reset_optimizer: bool, input_norm: str,
+                 level_input: bool) -> dict[str, Any]:
     """A training checkpoint as is, or a network / detector file (models/model.pt,
     models/detector.pt) as its weights and classes: what a user fine-tunes is usually the
     shipped detector."""
@@ -109,7 +113,9 @@ def _init_source(path: Path, reset_optimizer: bool, input_norm: str) -> dict[str
     except (OSError, RuntimeError, EOFError, ValueError, pickle.UnpicklingError):
         raw = None  # load_checkpoint below names the problem
     if not (isinstance(raw, dict) and raw.get("format") in (NETWORK_FORMAT, DETECTOR_FORMAT)):
-        return ckpt_io.load_checkpoint(path, map_location="cpu")
+        ckpt = ckpt_io.load_checkpoint(path, map_location="cpu")
+        _check_level_input(path, ckpt.get("config", {}).get("model", {}), level_input)
+        return ckpt
     if not reset_optimizer:
         raise ckpt_io.CheckpointError(f"train.init_checkpoint: {path} is a network file, which "
                                       f"holds no optimizer state; set train.reset_optimizer: true")
@@ -117,12 +123,22 @@ def _init_source(path: Path, reset_optimizer: bool, input_norm: str) -> dict[str
         raise ckpt_io.CheckpointError(f"train.init_checkpoint: {path} expects input_norm "
                                       f"{raw.get('input_norm', 'none')!r}, params say "
                                       f"{input_norm!r}")
+    _check_level_input(path, raw.get("model_config", {}), level_input)
     return {"model": raw["model"], "class_names": raw["class_names"]}
+
+
+def _check_level_input(path: Path, model_cfg: Mapping[str, Any], level_input: bool) -> None:
+    """The weights' network must be this run's (a clearer message than a state-dict error)."""
+    saved = with_added_defaults("model", model_cfg)["level_input"]
+    if saved != level_input:
+        raise ckpt_io.CheckpointError(f"train.init_checkpoint: {path} has model.level_input "
+                                      f"{saved}, params say {level_input}")
 
 
 def init_from(run: RunState, path: Path, reset_optimizer: bool) -> None:
     """Continual learning: start from another run's weights (and optimizer moments)."""
-    ckpt = _init_source(path, reset_optimizer, run.cfg.input_norm)
+    level_input = bool(run.config.get("model", {}).get("level_input", False))
+    ckpt = _init_source(path, reset_optimizer, run.cfg.input_norm, level_input)
     if tuple(ckpt.get("class_names", ())) != run.class_names:
         raise ckpt_io.CheckpointError(f"train.init_checkpoint: {path} was trained on classes "
                                       f"{ckpt.get('class_names')}, this run has "

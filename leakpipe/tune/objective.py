@@ -10,7 +10,6 @@ child run of the study's parent run: its values, per-epoch metrics, state and pr
 from __future__ import annotations
 
 import contextlib
-import itertools
 import logging
 import math
 import tempfile
@@ -26,10 +25,10 @@ from leakpipe import tracking
 from leakpipe.config import DecisionConfig, ModelConfig, RuntimeConfig, TrainConfig, TuneConfig
 from leakpipe.errors import LeakpipeError
 from leakpipe.runtime import make_runtime
-from leakpipe.train.fit import TrainSource, fit
+from leakpipe.train.fit import fit
 from leakpipe.train.inputs import prepare_training
-from leakpipe.train.loop import Batch
 from leakpipe.train.losses import NonFiniteLossError
+from leakpipe.train.subsample import Subsample
 from leakpipe.tune.names import (
     ATTR_RUN_ID,
     ATTR_VALUES,
@@ -85,26 +84,6 @@ class Outcome:
         if self.reason:
             tags[TAG_REASON] = self.reason
         return tags
-
-
-class Subsample:
-    """The first ``fraction`` of each epoch's shuffled batches: a new random subset per epoch."""
-
-    def __init__(self, source: TrainSource, fraction: float) -> None:
-        self.source = source
-        self.n_batches = max(1, math.ceil(len(source) * fraction))
-
-    def __len__(self) -> int:
-        return self.n_batches
-
-    def epoch(self, epoch: int) -> Iterator[Batch]:
-        batches = iter(self.source.epoch(epoch))
-        try:
-            yield from itertools.islice(batches, self.n_batches)
-        finally:
-            close = getattr(batches, "close", None)
-            if close is not None:
-                close()  # a stream source stops its read-ahead
 
 
 class EpochReporter:

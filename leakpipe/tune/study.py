@@ -35,6 +35,7 @@ from optuna.storages import RetryHeartbeatStaleTrialCallback as RetryStale
 from optuna.storages.journal import JournalFileBackend
 
 from leakpipe.config import DecisionConfig, ModelConfig, TrainConfig, TuneConfig
+from leakpipe.config.training import without_added_defaults
 from leakpipe.db_urls import with_driver
 from leakpipe.errors import LeakpipeError
 from leakpipe.files import file_sha256
@@ -135,10 +136,13 @@ def study_name(cfg: TuneConfig, model: ModelConfig, train: TrainConfig,
     """``<study_name>-<hash of what the trials measure>``.
 
     ``decision`` (how val decides files: the val F1 a trial reports) joins the hash when given.
+    Keys added to `model` / `train` later join it only when they change what a trial does, so
+    a study started before they existed keeps its name.
     """
     tune = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in BUDGET_KEYS}
     trial_train = {k: v for k, v in dataclasses.asdict(train).items() if k not in TRIAL_OVERRIDES}
-    identity = {"model": dataclasses.asdict(model), "train": trial_train,
+    identity = {"model": without_added_defaults("model", dataclasses.asdict(model)),
+                "train": without_added_defaults("train", trial_train),
                 "tune": tune, "data": [file_sha256(p) for p in data]}
     if decision is not None:
         identity["decision"] = dataclasses.asdict(decision)

@@ -15,7 +15,7 @@ from typing import Any
 import h5py
 import numpy as np
 
-from leakpipe.config import FeatureConfig, from_mapping
+from leakpipe.config import FeatureConfig, stored_features
 from leakpipe.constants import (
     ATTR_CLASS_NAMES,
     ATTR_FEATURES,
@@ -161,7 +161,7 @@ def _feature_config(meta: SplitMeta, raw: Any) -> CheckResult:
                       "feature_config is not a JSON object", observed=str(raw)[:200])
     meta.feature_dict = value
     try:
-        meta.features = from_mapping(FeatureConfig, value, ATTR_FEATURES, str(meta.path))
+        meta.features = stored_features(value, ATTR_FEATURES, str(meta.path))
     except ConfigError as exc:
         return failed("feature_config_valid", meta.split, KIND_STRUCTURE, str(exc),
                       observed=value)

@@ -1,0 +1,71 @@
+"""Fold and inner-val assignment over groups (sites), stratified by class. Pure functions.
+
+Each group lands in exactly one test fold (``assign_splits`` with K equal fractions: groups are
+placed largest first where they bring the per-class counts closest to an equal share). Inside a
+fold the remaining groups are split again, grouped and stratified, into the fold's train and
+val: val chooses the CNN's best epoch, every threshold and the baselines' hyper-parameters, so
+nothing about the test fold reaches a choice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from leakpipe.constants import LEAK_CLASS
+from leakpipe.data.splits import assign_splits
+from leakpipe.errors import DataError
+
+TRAIN, VAL, TEST = "train", "val", "test"
+ROLES = (TRAIN, VAL, TEST)
+
+
+@dataclass(frozen=True)
+class Fold:
+    """The role of every recording in one fold: index arrays into the recording table."""
+
+    index: int
+    train: np.ndarray      # (n_train,) int recording indices
+    val: np.ndarray
+    test: np.ndarray
+
+    def rows(self, role: str) -> np.ndarray:
+        return {TRAIN: self.train, VAL: self.val, TEST: self.test}[role]
+
+
+def assign_folds(labels: Sequence[str], groups: Sequence[str], k: int, seed: int) -> np.ndarray:
+    """Test fold (0 .. k - 1) of every recording; no group is in two folds."""
+    n_groups = len(set(groups))
+    if n_groups < k:
+        raise DataError(f"{n_groups} groups (sites) cannot fill {k} folds; lower cv.folds")
+    return assign_splits(labels, groups, [1.0 / k] * k, seed)
+
+
+def make_folds(labels: Sequence[str], groups: Sequence[str], k: int, val_fraction: float,
+               seed: int) -> list[Fold]:
+    """K folds: each its test groups and a grouped, stratified train / val split of the rest."""
+    labels, groups = np.asarray(labels), np.asarray(groups)
+    fold_of = assign_folds(labels, groups, k, seed)
+    folds = []
+    for f in range(k):
+        test = np.flatnonzero(fold_of == f)
+        rest = np.flatnonzero(fold_of != f)
+        inner = assign_splits(labels[rest], groups[rest], [1.0 - val_fraction, val_fraction],
+                              seed + 1 + f)
+        folds.append(Fold(f, train=rest[inner == 0], val=rest[inner == 1], test=test))
+        _check_classes(folds[-1], labels)
+    return folds
+
+
+def _check_classes(fold: Fold, labels: np.ndarray) -> None:
+    """Training needs both LEAK and not LEAK; a fold without one cannot be trained or judged."""
+    for role in ROLES:
+        leak = labels[fold.rows(role)] == LEAK_CLASS
+        if leak.all() or not leak.any():
+            which = "no recording" if not leak.size else ("only LEAK" if leak.all()
+                                                          else "no LEAK")
+            raise DataError(f"fold {fold.index + 1}: its {role} part holds {which} "
+                            "recordings; with this few sites per class lower cv.folds or "
+                            "raise cv.val_fraction")

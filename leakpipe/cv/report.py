@@ -1,0 +1,165 @@
+"""Pooled out-of-fold figures with site-bootstrap intervals, per-fold values, the paired
+difference, and the out-of-fold table. Pure functions of the fold results.
+
+Every clip is scored once, by the fold model that never saw its site, under the threshold that
+fold chose on its own val; the pooled figures are computed over all of them together. Sites are
+what differ between a utility's network and the training data, so the interval resamples
+sites: a site drawn k times brings all of its clips k times (clips and recordings of one site
+share its pipe, sensor and background, so they are not independent). The paired difference
+scores two methods on the same site draws, which is what says whether one is ahead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from leakpipe.config.crossval import CNN_METHOD
+from leakpipe.evaluate.bootstrap import (
+    RESAMPLES_PER_PASS,
+    percentile_interval,
+    recording_weights,
+    weighted_counts,
+    weighted_ranking,
+)
+
+FIGURES = ("roc_auc", "file_f1", "balanced_accuracy", "sensitivity", "specificity", "pr_auc")
+PAIRED_FIGURES = ("roc_auc", "file_f1", "balanced_accuracy")
+
+
+@dataclass(frozen=True)
+class OutOfFold:
+    """Every test clip of every fold, in fold then file order, and each method's output."""
+
+    fold: np.ndarray                  # (N,) int
+    recording_id: np.ndarray          # (N,) str
+    group: np.ndarray                 # (N,) str
+    clip: np.ndarray                  # (N,) int
+    truth: np.ndarray                 # (N,) bool
+    scores: dict[str, np.ndarray]     # method -> (N,) float
+    decision: dict[str, np.ndarray]   # method -> (N,) bool
+
+    @property
+    def methods(self) -> tuple[str, ...]:
+        return tuple(self.scores)
+
+
+def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
+    return np.divide(num, den, out=np.full(np.shape(num), np.nan), where=np.asarray(den) > 0)
+
+
+def figures(truth: np.ndarray, decision: np.ndarray, scores: np.ndarray,
+            weights: np.ndarray) -> dict[str, np.ndarray]:
+    """Every figure per weight row: (N,), (N,), (N,), (B, N) -> name -> (B,)."""
+    c = weighted_counts(truth, decision, weights)
+    sensitivity = _ratio(c.tp, c.tp + c.fn)
+    specificity = _ratio(c.tn, c.tn + c.fp)
+    roc, ap = weighted_ranking(scores, truth, weights)
+    return {"roc_auc": roc, "file_f1": _ratio(2 * c.tp, 2 * c.tp + c.fp + c.fn),
+            "balanced_accuracy": (sensitivity + specificity) / 2.0,
+            "sensitivity": sensitivity, "specificity": specificity, "pr_auc": ap}
+
+
+def point_figures(truth: np.ndarray, decision: np.ndarray,
+                  scores: np.ndarray) -> dict[str, float]:
+    """The figures of one set of clips (unit weights)."""
+    out = figures(truth, decision, scores, np.ones((1, len(truth))))
+    return {k: float(v[0]) for k, v in out.items()}
+
+
+def site_bootstrap(oof: OutOfFold, resamples: int, confidence: float, seed: int,
+                   paired_with: str | None) -> dict[str, Any]:
+    """Percentile intervals per method and figure, and of CNN minus ``paired_with``."""
+    rng = np.random.default_rng(seed)
+    draws: dict[str, dict[str, list[np.ndarray]]] = {m: {} for m in oof.methods}
+    diffs: dict[str, list[np.ndarray]] = {}
+    for start in range(0, resamples, RESAMPLES_PER_PASS):
+        w = recording_weights(oof.group, min(RESAMPLES_PER_PASS, resamples - start), rng)
+        per = {m: figures(oof.truth, oof.decision[m], oof.scores[m], w) for m in oof.methods}
+        for m, values in per.items():
+            for name, v in values.items():
+                draws[m].setdefault(name, []).append(v)
+        if paired_with is not None:
+            for name in PAIRED_FIGURES:
+                diffs.setdefault(name, []).append(per[CNN_METHOD][name] - per[paired_with][name])
+    intervals = {m: {name: percentile_interval(np.concatenate(v), confidence)
+                     for name, v in values.items()} for m, values in draws.items()}
+    paired = {name: percentile_interval(np.concatenate(v), confidence)
+              for name, v in diffs.items()}
+    return {"methods": intervals, "paired": paired}
+
+
+def fold_figures(oof: OutOfFold, method: str) -> list[dict[str, float]]:
+    """The figures of each fold's test clips alone (NaN where a fold lacks a class)."""
+    out = []
+    for f in np.unique(oof.fold):
+        rows = oof.fold == f
+        out.append(point_figures(oof.truth[rows], oof.decision[method][rows],
+                                 oof.scores[method][rows]))
+    return out
+
+
+def best_baseline(pooled: Mapping[str, Mapping[str, float]]) -> str | None:
+    """The baseline with the highest pooled ROC-AUC (the CNN's strongest rival)."""
+    rivals = {m: f["roc_auc"] for m, f in pooled.items()
+              if m != CNN_METHOD and np.isfinite(f["roc_auc"])}
+    return max(rivals, key=lambda m: (rivals[m], m)) if rivals else None
+
+
+def _entry(value: float, interval: Any, per_fold: Sequence[float]) -> dict[str, Any]:
+    out = {"mean": value, "ci_low": interval.low if interval is not None else float("nan"),
+           "ci_high": interval.high if interval is not None else float("nan")}
+    return {**out, "folds": list(per_fold)} if per_fold else out
+
+
+def summarise(oof: OutOfFold, *, resamples: int, confidence: float,
+              seed: int) -> dict[str, Any]:
+    """metrics/cv.json: per method and figure ``mean`` (pooled out-of-fold value), ``ci_low``
+    / ``ci_high`` (site bootstrap), ``folds`` (per fold); the paired CNN-minus-best-baseline
+    difference; the counts the figures rest on."""
+    pooled = {m: point_figures(oof.truth, oof.decision[m], oof.scores[m]) for m in oof.methods}
+    rival = best_baseline(pooled) if CNN_METHOD in oof.methods else None
+    boot = site_bootstrap(oof, resamples, confidence, seed, rival)
+    methods = {}
+    for m in oof.methods:
+        per_fold = fold_figures(oof, m)
+        methods[m] = {name: _entry(pooled[m][name], boot["methods"][m].get(name),
+                                   [f[name] for f in per_fold]) for name in FIGURES}
+    out: dict[str, Any] = {
+        "folds": int(len(np.unique(oof.fold))), "sites": int(len(np.unique(oof.group))),
+        "recordings": int(len(np.unique(oof.recording_id))), "clips": int(len(oof.truth)),
+        "leak_clips": int(oof.truth.sum()), "confidence": confidence,
+        "bootstrap_resamples": resamples, "methods": methods}
+    if rival is not None:
+        out["paired"] = {"minus": rival, **{
+            name: _entry(pooled[CNN_METHOD][name] - pooled[rival][name],
+                         boot["paired"].get(name), [])
+            for name in PAIRED_FIGURES}}
+    return out
+
+
+def oof_rows(oof: OutOfFold) -> list[dict[str, Any]]:
+    """The out-of-fold predictions table: a row per test clip, a score and decision per method."""
+    rows = []
+    for i in range(len(oof.truth)):
+        row: dict[str, Any] = {"fold": int(oof.fold[i]) + 1, "recording_id": oof.recording_id[i],
+                               "clip": int(oof.clip[i]), "group": oof.group[i],
+                               "leak": int(oof.truth[i])}
+        for m in oof.methods:
+            row[f"{m}_score"] = f"{oof.scores[m][i]:.6g}"
+            row[f"{m}_leak"] = int(oof.decision[m][i])
+        rows.append(row)
+    return rows
+
+
+def fold_records(summary: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The DVC plot rows: one per fold and method with its ROC-AUC and file F1."""
+    rows = []
+    for m, figs in summary["methods"].items():
+        for f, (auc, f1) in enumerate(zip(figs["roc_auc"]["folds"], figs["file_f1"]["folds"],
+                                          strict=True)):
+            rows.append({"fold": f + 1, "method": m, "roc_auc": auc, "file_f1": f1})
+    return rows

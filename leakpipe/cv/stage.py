@@ -1,0 +1,255 @@
+"""Stage `crossval` / `leakpipe cv`: K grouped folds, every method on each, pooled figures.
+
+``run_cv``:
+
+1. pools the built splits into one table of recordings (``data.pool_recordings``) and assigns
+   folds over sites with an inner grouped val per fold (``folds.make_folds``);
+2. per fold, unless its result is already in the work folder: writes the fold's three split
+   files, runs every method (``methods.run_fold_methods``), saves the fold's test scores and
+   decisions (``fold-NN/result.json``, atomically) and drops the fold's files. A killed run
+   resumes at the first fold without a result (the CNN inside a fold resumes from its
+   checkpoint); other inputs or settings start afresh;
+3. pools the out-of-fold predictions (``report.summarise``) and writes `metrics/cv.json`, the
+   predictions CSV, the per-fold plot rows and figure, each atomically;
+4. logs one MLflow parent run with a child run per fold and method.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import math
+import shutil
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from leakpipe import tracking
+from leakpipe.config import CrossvalConfig, load_section
+from leakpipe.config.crossval import CNN_METHOD
+from leakpipe.constants import H5_CLIP_INDEX
+from leakpipe.cv.data import Recordings, pool_recordings, write_fold
+from leakpipe.cv.figure import folds_figure
+from leakpipe.cv.folds import ROLES, TEST, Fold, make_folds
+from leakpipe.cv.methods import Settings, run_fold_methods
+from leakpipe.cv.report import OutOfFold, fold_records, oof_rows, summarise
+from leakpipe.data.reader import open_split
+from leakpipe.errors import DataError
+from leakpipe.files import file_sha256, write_csv_atomic, write_json_atomic
+from leakpipe.metric_names import json_safe
+from leakpipe.preload import plan_training, read_shapes
+from leakpipe.preload.plan import read_plan
+
+log = logging.getLogger(__name__)
+
+STAGE = "crossval"
+STATE_FILE = "state.json"
+RESULT_FILE = "result.json"
+PLANNED = "preload.json"      # the plan made here when none is given
+PLOT_ROWS = "folds.csv"
+PLOT_FIGURE = "folds.png"
+TAG_FOLD, TAG_METHOD = "leakpipe.cv.fold", "leakpipe.cv.method"
+
+
+@dataclass(frozen=True)
+class CvPaths:
+    """What the stage reads (the split files, their stamp, the plan) and writes."""
+
+    splits: Mapping[str, Path]    # name -> built split file; all of them are pooled
+    plan: Path | None             # the preload plan; None: planned here from the first fold
+    metrics: Path
+    predictions: Path
+    plots_dir: Path
+    work: Path                    # fold results, fold files, CNN checkpoints (resume)
+
+
+def load_settings(params: Path, plan: Mapping[str, Any] | None, *,
+                  folds: int | None = None) -> Settings:
+    cv: CrossvalConfig = load_section(params, "cv")
+    if folds is not None:
+        cv = dataclasses.replace(cv, folds=folds)
+    names = ("model", "train", "runtime", "decision", "evaluate", "baselines", "preload")
+    return Settings(cv=cv, plan=plan or {}, **{n: load_section(params, n) for n in names})
+
+
+def run_cv(paths: CvPaths, params: Path, *, folds: int | None = None,
+           tags: Mapping[str, str] | None = None, progress: bool = True) -> dict[str, Any]:
+    """The whole stage; returns the summary written to ``paths.metrics``."""
+    plan = read_plan(paths.plan) if paths.plan is not None else None
+    settings = load_settings(params, plan, folds=folds)
+    cv = settings.cv
+    recordings = pool_recordings(list(paths.splits.values()))
+    fold_list = make_folds(recordings.label_names, recordings.group, cv.folds, cv.val_fraction,
+                           cv.seed)
+    sha = {name: file_sha256(p) for name, p in paths.splits.items()}
+    _open_work(paths.work, {"sha256": sha, "settings": settings.to_dict()})
+    log.info("crossval: %d recordings at %d sites, %d folds, methods %s", len(recordings),
+             len(set(recordings.group)), cv.folds, list(cv.methods))
+    results = []
+    for fold in fold_list:
+        results.append(_fold_result(fold, recordings, settings, paths.work, progress))
+        settings = _with_plan(settings, paths.work)
+    oof = assemble(results, cv.methods)
+    summary = summarise(oof, resamples=cv.bootstrap_resamples, confidence=cv.confidence,
+                        seed=cv.seed)
+    summary["sizes"] = [r["sizes"] for r in results]
+    histories = [r["methods"][CNN_METHOD]["info"]["history"] for r in results
+                 if CNN_METHOD in r["methods"]]
+    _write_outputs(paths, summary, oof, histories)
+    _log_runs(paths, summary, results, settings, sha, tags or {})
+    return summary
+
+
+def _open_work(work: Path, inputs: Mapping[str, Any]) -> None:
+    """Keep the work folder's finished folds when it was made for the same inputs; clear
+    only what this stage wrote there otherwise, and refuse a folder it did not make."""
+    digest = hashlib.sha256(json.dumps(inputs, sort_keys=True, default=str).encode()).hexdigest()
+    state = work / STATE_FILE
+    if state.is_file():
+        if json.loads(state.read_text()).get("inputs") == digest:
+            done = sorted(p.parent.name for p in work.glob(f"fold-*/{RESULT_FILE}"))
+            if done:
+                log.info("crossval: resuming in %s (finished: %s)", work, ", ".join(done))
+            return
+        log.info("crossval: %s holds folds of other inputs or settings: starting afresh", work)
+        for old in (*work.glob("fold-*"), work / PLANNED):
+            shutil.rmtree(old) if old.is_dir() else old.unlink(missing_ok=True)
+    elif work.is_dir() and any(work.iterdir()):
+        raise DataError(f"{work}: not empty and not a cross-validation work folder (no "
+                        f"{STATE_FILE}); choose an empty or new folder")
+    work.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(state, {"inputs": digest})
+
+
+def _fold_dir(work: Path, fold: Fold) -> Path:
+    return work / f"fold-{fold.index + 1:02d}"
+
+
+def _fold_result(fold: Fold, recordings: Recordings, settings: Settings, work: Path,
+                 progress: bool) -> dict[str, Any]:
+    directory = _fold_dir(work, fold)
+    done = directory / RESULT_FILE
+    if done.is_file():
+        return json.loads(done.read_text())
+    log.info("fold %d/%d: %s recordings (train / val / test)", fold.index + 1,
+             settings.cv.folds, " / ".join(str(len(fold.rows(r))) for r in ROLES))
+    data = directory / "data"
+    files = {r: data / f"{r}.h5" for r in ROLES}
+    if not all(p.is_file() for p in files.values()):   # each file is committed whole
+        files = write_fold(recordings, {r: fold.rows(r) for r in ROLES}, data)
+    if not settings.plan:
+        settings = _planned(settings, files, work)
+    methods = run_fold_methods(files, settings, directory / "fit", progress=progress)
+    result = {"fold": fold.index, "test": _test_table(files[TEST]),
+              "sizes": {r: int(len(fold.rows(r))) for r in ROLES},
+              "methods": {m.name: m.to_dict() for m in methods}}
+    write_json_atomic(done, result)
+    shutil.rmtree(data)
+    shutil.rmtree(directory / "fit", ignore_errors=True)
+    return result
+
+
+def _planned(settings: Settings, files: Mapping[str, Path], work: Path) -> Settings:
+    """No preload plan given (``leakpipe cv --source``): plan one for this fold's files."""
+    cfg = settings.preload
+    shapes = read_shapes({"train": files["train"], "val": files["val"]})
+    plan = plan_training(shapes, cfg)[0].to_dict(cfg, shapes)
+    write_json_atomic(work / PLANNED, plan)
+    return dataclasses.replace(settings, plan=plan)
+
+
+def _with_plan(settings: Settings, work: Path) -> Settings:
+    planned = work / PLANNED
+    if settings.plan or not planned.is_file():
+        return settings
+    return dataclasses.replace(settings, plan=json.loads(planned.read_text()))
+
+
+def _test_table(path: Path) -> dict[str, list[Any]]:
+    with open_split(path) as split:
+        clip = split.h5[H5_CLIP_INDEX][:]
+        return {"recording_id": split.recording_ids.tolist(), "group": split.groups.tolist(),
+                "clip": np.asarray(clip).astype(int).tolist(),
+                "leak": split.binary_labels.astype(int).tolist()}
+
+
+def assemble(results: Sequence[Mapping[str, Any]], methods: Sequence[str]) -> OutOfFold:
+    """The fold results as one out-of-fold table."""
+    def cat(key: str) -> np.ndarray:
+        return np.concatenate([np.asarray(r["test"][key]) for r in results])
+
+    fold = np.concatenate([np.full(len(r["test"]["leak"]), r["fold"]) for r in results])
+    return OutOfFold(
+        fold=fold, recording_id=cat("recording_id"), group=cat("group"), clip=cat("clip"),
+        truth=cat("leak").astype(bool),
+        scores={m: np.concatenate([np.asarray(r["methods"][m]["scores"], dtype=np.float64)
+                                   for r in results]) for m in methods},
+        decision={m: np.concatenate([np.asarray(r["methods"][m]["decision"], dtype=bool)
+                                     for r in results]) for m in methods})
+
+
+def _write_outputs(paths: CvPaths, summary: Mapping[str, Any], oof: OutOfFold,
+                   histories: Sequence[Sequence[Mapping[str, float]]]) -> None:
+    write_json_atomic(paths.metrics, json_safe(dict(summary)))
+    write_csv_atomic(paths.predictions, oof_rows(oof))
+    write_csv_atomic(paths.plots_dir / PLOT_ROWS, fold_records(json_safe(dict(summary))))
+    figure = folds_figure(summary, histories)
+    tmp = paths.plots_dir / f".{PLOT_FIGURE}.tmp.png"
+    figure.savefig(tmp, dpi=100)
+    tmp.replace(paths.plots_dir / PLOT_FIGURE)
+
+
+def _finite(metrics: Mapping[str, float]) -> dict[str, float]:
+    return {k: float(v) for k, v in metrics.items()
+            if isinstance(v, int | float) and math.isfinite(v)}
+
+
+def _log_runs(paths: CvPaths, summary: Mapping[str, Any], results: Sequence[Mapping[str, Any]],
+              settings: Settings, sha: Mapping[str, str], tags: Mapping[str, str]) -> None:
+    """One parent run (pooled figures, the outputs) and a child per fold and method."""
+    pooled = {f"cv/{m}/{name}{suffix}": fig[key]
+              for m, figs in summary["methods"].items() for name, fig in figs.items()
+              for key, suffix in (("mean", ""), ("ci_low", "_ci_low"), ("ci_high", "_ci_high"))}
+    with tracking.start_run(STAGE, tags={**tags, **{f"leakpipe.sha256.{k}": v
+                                                    for k, v in sha.items()}}) as parent:
+        parent.log_params({"cv": dataclasses.asdict(settings.cv)})
+        parent.log_metrics(_finite(pooled))
+        for path in (paths.metrics, paths.predictions, paths.plots_dir / PLOT_FIGURE):
+            parent.log_artifact(path, STAGE)
+        for result in results:
+            for method, out in result["methods"].items():
+                _log_child(parent.run_id, result, method, out, summary)
+
+
+def _log_child(parent_id: str | None, result: Mapping[str, Any], method: str,
+               out: Mapping[str, Any], summary: Mapping[str, Any]) -> None:
+    fold = int(result["fold"])
+    with tracking.start_run(STAGE, parent_run_id=parent_id,
+                            tags={TAG_FOLD: str(fold + 1), TAG_METHOD: method}) as run:
+        run.set_tags({"mlflow.runName": f"{STAGE} fold {fold + 1} {method}"})
+        info = out["info"]
+        run.log_params({"threshold": out["threshold"], **{k: v for k, v in info.items()
+                                                          if k != "history"}})
+        figs = summary["methods"][method]
+        run.log_metrics(_finite({f"test/{name}": fig["folds"][fold]
+                                 for name, fig in figs.items()}))
+        for h in info.get("history", []):
+            run.log_metrics(_finite({k: v for k, v in h.items() if k != "epoch"}),
+                            step=int(h["epoch"]))
+
+
+def summary_line(summary: Mapping[str, Any], path: Path) -> str:
+    parts = [f"{m} ROC-AUC {f['roc_auc']['mean']:.3f} ({f['roc_auc']['ci_low']:.2f}-"
+             f"{f['roc_auc']['ci_high']:.2f})" for m, f in summary["methods"].items()]
+    text = (f"crossval: {summary['folds']} folds, {summary['sites']} sites, "
+            f"{summary['recordings']} recordings: {'; '.join(parts)}")
+    if "paired" in summary:
+        d = summary["paired"]["roc_auc"]
+        text += (f"; cnn - {summary['paired']['minus']} ROC-AUC {d['mean']:+.3f} "
+                 f"({d['ci_low']:+.2f} to {d['ci_high']:+.2f})")
+    return f"{text} -> {path}"
