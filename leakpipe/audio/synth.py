@@ -32,7 +32,7 @@ from leakpipe.audio import sources as src
 from leakpipe.audio import tones_transients
 from leakpipe.audio.site import RECORDING_STREAM, SENSOR_NOISE_DB, Site, draw_site, uniform
 from leakpipe.audio.spectral import apply_sensor
-from leakpipe.config import SynthConfig, load_section
+from leakpipe.config import SynthConfig, from_mapping, load_section
 from leakpipe.constants import KNOWN_CLASSES, LEAK_CLASS, MANIFEST_NAME
 
 log = logging.getLogger(__name__)
@@ -325,8 +325,11 @@ def generate(cfg: SynthConfig, out_dir: Path, progress: bool = True) -> SynthSum
     """Write ``out_dir/<CLASS>/<site>_<class>_<index>.wav`` and ``out_dir/manifest.csv``.
 
     Everything is written into a temporary sibling folder that replaces ``out_dir`` only when
-    complete, so a failure never leaves a partial data set.
+    complete, so a failure never leaves a partial data set. The benchmark only: the
+    `small_network` scenario is ``leakpipe.audio.network.generate_network``.
     """
+    if cfg.scenario != "benchmark":
+        raise ValueError(f"generate renders the benchmark, not scenario {cfg.scenario!r}")
     out_dir = Path(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
@@ -346,12 +349,27 @@ def generate(cfg: SynthConfig, out_dir: Path, progress: bool = True) -> SynthSum
     return summary
 
 
-def run_synth(params: Path, out_dir: Path, *, progress: bool = True) -> int:
-    """The `synth` stage: ``generate`` inside one MLflow run; returns the exit code."""
+def synth_config(params: Path, **overrides: Any) -> SynthConfig:
+    """The `synth` section of ``params`` with the command line's overrides (None: not given),
+    checked as strictly as the file."""
     cfg = load_section(params, "synth")
+    given = {key: value for key, value in overrides.items() if value is not None}
+    if not given:
+        return cfg
+    return from_mapping(SynthConfig, {**dataclasses.asdict(cfg), **given}, "synth",
+                        f"{params} with command-line options")
+
+
+Generate = Callable[[SynthConfig, Path, bool], SynthSummary]
+
+
+def run_synth(cfg: SynthConfig, out_dir: Path, render: Generate = generate, *,
+              progress: bool = True) -> int:
+    """The `synth` stage: ``render`` (the scenario's generator) inside one MLflow run; returns
+    the exit code."""
     with tracking.start_run("synth") as run:
         run.log_params({"synth": dataclasses.asdict(cfg)})
-        info = generate(cfg, out_dir, progress=progress).to_dict()
+        info = render(cfg, out_dir, progress).to_dict()
         run.log_metrics({"synth/recordings": info["n_recordings"],
                          "synth/seconds": info["seconds"]})
         run.log_dict(info, "synth_summary.json")
