@@ -28,7 +28,7 @@ from leakpipe.data.split_info import load_resident
 from leakpipe.data.stream_source import StreamSource
 from leakpipe.data.writer import SplitWriter
 from leakpipe.detector import load_network
-from leakpipe.features.empty_band import empty_bands
+from leakpipe.data.empty_band import empty_bands
 from leakpipe.features.mel import band_centers_hz, clip_features
 from leakpipe.preload.plan import read_plan
 from leakpipe.train.inputs import prepare_training

@@ -18,11 +18,13 @@ Where a change goes (docs/architecture.md says the same):
 - inference (the exact fast form), index, preload, validate, build: what the early stages do;
 - scoring: the one loop that runs a network over batches of whole files;
 - detector: the network and detector files;
-- predict: leak decisions for recordings (files, or waveforms in memory);
+- predict_rows: predict's output rows; predict: leak decisions for recordings (files, or
+  waveforms in memory);
 - serve: predict as an MLflow pyfunc model (evaluate logs it);
 - train, evaluate: the stages that fit and judge a network, peers;
 - tune (calls train's fit), baselines (reuses evaluate's figures), realcheck (all three),
   study (the segmentation grid as queued DVC experiments);
+- cv: grouped cross-validation of the CNN (train, evaluate) and the baselines;
 - commands: argument parsing, one call each; then cli, the dispatch table.
 """
 
@@ -48,10 +50,12 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("inference", "index", "preload", "validate", "build"),
     ("scoring",),
     ("detector",),
+    ("predict_rows",),
     ("predict",),
     ("serve",),
     ("train", "evaluate"),
     ("tune", "baselines", "realcheck", "study", "adapt"),
+    ("cv",),
     ("commands",),
     ("cli",),
 )
@@ -130,7 +134,7 @@ def test_no_import_cycles() -> None:
 
 
 @pytest.mark.parametrize(("unit", "expected"),
-                         [("train", 11), ("scoring", 7), ("serve", 10), ("cli", 14)])
+                         [("train", 12), ("scoring", 7), ("serve", 11), ("cli", 16)])
 def test_layer_table_reads_as_documented(unit: str, expected: int) -> None:
     assert LAYER_OF[unit] == expected
 

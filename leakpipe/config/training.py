@@ -76,7 +76,7 @@ class AugmentConfig:
     ``band_limit_prob``: the share of training files (drawn per file and epoch) whose bands
     above a Nyquist frequency drawn from ``band_limit_hz`` (those of common logger rates below
     the model's) become what the build makes of a recording at that rate
-    (``leakpipe.features.empty_band``).
+    (``leakpipe.data.empty_band``).
     """
 
     enabled: bool

@@ -18,7 +18,7 @@ Every operation is exact and cheap in the log-mel (dB) domain:
   ratio (difference of the two segments' mean log-mel); it comes first, before the channel;
 * band limiting (``band_limit_prob``) makes a file look as if its logger had recorded at a
   lower rate: its bands above the drawn Nyquist frequency become what the build makes of such
-  a recording, measured through the build's own path (``leakpipe.features.empty_band``): not
+  a recording, measured through the build's own path (``leakpipe.data.empty_band``): not
   a constant floor but the resampler's attenuated mirror image of the band below, some 60 dB
   down, floored at the log floor. It acts on the raw values, as the logger and the resampler
   do: after the mixing (a logger band-limits whatever it records) and with the file's channel
@@ -59,7 +59,7 @@ from leakpipe.data.input_norm import (
 )
 from leakpipe.data.reader import open_split
 from leakpipe.data.split_info import SplitInfo
-from leakpipe.features.empty_band import EmptyBands, empty_bands
+from leakpipe.data.empty_band import EmptyBands, empty_bands
 from leakpipe.features.mel import band_centers_hz
 
 log = logging.getLogger(__name__)
