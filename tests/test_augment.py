@@ -21,6 +21,7 @@ from leakpipe.config import AugmentConfig, ConfigError, load_section
 from leakpipe.constants import KNOWN_CLASSES
 from leakpipe.data.augment import BandLimit, TrainTransform, band_octaves
 from leakpipe.data.batches import make_train_source
+from leakpipe.data.empty_band import empty_bands
 from leakpipe.data.input_norm import clip_offsets, normalize_clips
 from leakpipe.data.reader import open_split
 from leakpipe.data.resident_source import ResidentSource
@@ -28,7 +29,6 @@ from leakpipe.data.split_info import load_resident
 from leakpipe.data.stream_source import StreamSource
 from leakpipe.data.writer import SplitWriter
 from leakpipe.detector import load_network
-from leakpipe.data.empty_band import empty_bands
 from leakpipe.features.mel import band_centers_hz, clip_features
 from leakpipe.preload.plan import read_plan
 from leakpipe.train.inputs import prepare_training

@@ -34,14 +34,15 @@ def folds_figure(summary: Mapping[str, Any],
     left.axhline(0.5, color="red", linewidth=0.8, linestyle="--")
     left.set_xticks(range(len(methods)), methods, rotation=20)
     left.set(ylabel="ROC-AUC (clips)", ylim=(0.0, 1.02),
-             title=f"{summary['folds']}-fold grouped CV, {summary['sites']} sites "
-                   "(grey: folds; blue: pooled, 95 % site bootstrap)")
+             title=f"{summary['folds']}-fold grouped CV, {summary['sites']} sites\n"
+                   "grey: each fold; blue: pooled, 95 % site-bootstrap interval")
     for f, history in enumerate(histories):
         epochs = [int(h["epoch"]) + 1 for h in history]
         right.plot(epochs, [h.get("val/file_f1", math.nan) for h in history], marker="o",
                    label=f"fold {f + 1}")
     right.set(xlabel="epoch", ylabel="val file F1", ylim=(-0.02, 1.02),
-              title="CNN: inner-val F1 per epoch")
+              title="CNN: inner-val file F1 per epoch, per fold")
+    right.xaxis.get_major_locator().set_params(integer=True)
     if histories:
         right.legend(loc="best", fontsize="small")
     return fig

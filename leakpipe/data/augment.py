@@ -48,6 +48,7 @@ import torch
 import torch.nn.functional as F
 
 from leakpipe.config import AugmentConfig, FeatureConfig
+from leakpipe.data.empty_band import EmptyBands, empty_bands
 from leakpipe.data.feed import seeded_generator
 from leakpipe.data.input_norm import (
     NORM_BAND,
@@ -59,7 +60,6 @@ from leakpipe.data.input_norm import (
 )
 from leakpipe.data.reader import open_split
 from leakpipe.data.split_info import SplitInfo
-from leakpipe.data.empty_band import EmptyBands, empty_bands
 from leakpipe.features.mel import band_centers_hz
 
 log = logging.getLogger(__name__)
