@@ -51,6 +51,19 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "regularised": ("dropout 0.5, weight decay 0.05, label smoothing 0.1",
                     {"model.dropout": 0.5, "train.weight_decay": 0.05,
                      "train.label_smoothing": 0.1}),
+    "monitor_auc": ("early stopping on val ROC-AUC: with 2-3 val sites F1 saturates and ties",
+                    {"train.monitor": "val/file_roc_auc"}),
+    "rule_mean": ("a leak is stationary: the clip's mean segment probability, not a vote",
+                  {"decision.rule": "mean"}),
+    "none_mean": ("level kept + mean rule", {"train.input_norm": "none", "decision.rule": "mean"}),
+    "none_auc": ("level kept + early stopping on val ROC-AUC",
+                 {"train.input_norm": "none", "train.monitor": "val/file_roc_auc"}),
+    "none_reg": ("level kept + dropout 0.5, weight decay 0.05, label smoothing 0.1",
+                 {"train.input_norm": "none", "model.dropout": 0.5, "train.weight_decay": 0.05,
+                  "train.label_smoothing": 0.1}),
+    "none_native": ("level kept + features limited to the loggers' band",
+                    {"train.input_norm": "none", "build.sample_rate": 4096,
+                     "build.fmax": 2048.0}),
     "no_augment": ("augmentation off (mixing across sites breaks site->class shortcuts)",
                    {"train.augment.enabled": False}),
 }
@@ -94,18 +107,19 @@ def run_variant(name: str, source: Path, params: Path, folds: int, out: Path) ->
                     "--params", str(params), "--folds", str(folds), "--out", str(out),
                     "--no-progress"], check=True, cwd=REPO, env=env)
     summary = json.loads((out / "cv.json").read_text())
+    monitor = yaml.safe_load(params.read_text())["train"]["monitor"]
     histories = []
     for result in sorted((out / "work").glob("fold-*/result.json")):
         cnn = json.loads(result.read_text())["methods"].get("cnn")
         if cnn:
-            histories.append([h.get("val/file_f1") for h in cnn["info"]["history"]])
+            histories.append([h.get(monitor) for h in cnn["info"]["history"]])
     figures = ("roc_auc", "file_f1", "balanced_accuracy")
     return {"seconds": time.perf_counter() - start,
             "methods": {m: {f: {k: v[f][k] for k in ("mean", "ci_low", "ci_high")}
                             for f in figures} for m, v in summary["methods"].items()},
             "paired": summary.get("paired"), "sites": summary["sites"],
             "recordings": summary["recordings"], "clips": summary["clips"],
-            "cnn_val_f1_per_epoch": histories,
+            "cnn_monitor": monitor, "cnn_val_per_epoch": histories,
             "cnn_best_epochs": [1 + int(max(range(len(h)), key=lambda i: h[i] or -1))
                                 for h in histories if h]}
 

@@ -82,3 +82,18 @@ def test_dominant_class_flags_a_collapse_only_against_the_truth() -> None:
     assert dominant_class([1, 199], [1, 199], names) is None    # the data really is one class
     assert dominant_class([60, 140], [100, 100], names) is None
     assert dominant_class([0, 0], [1, 1], names) is None
+
+
+def test_roc_auc_matches_scikit_learn_with_ties_and_is_nan_for_one_class() -> None:
+    from sklearn.metrics import roc_auc_score
+
+    from leakpipe.decision.metrics import roc_auc
+
+    rng = np.random.default_rng(3)
+    for _ in range(20):
+        truth = rng.random(40) < 0.3
+        truth[:2] = [True, False]
+        scores = np.round(rng.random(40), 1)            # many ties
+        assert roc_auc(truth, scores) == pytest.approx(roc_auc_score(truth, scores), abs=1e-12)
+    assert roc_auc(np.array([True, True]), np.array([0.1, 0.2])) != roc_auc(
+        np.array([True, True]), np.array([0.1, 0.2]))    # NaN

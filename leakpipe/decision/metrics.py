@@ -116,3 +116,20 @@ def dominant_class(pred_counts: Sequence[int], true_counts: Sequence[int],
         return None
     return (f"collapse: {100 * pred_share:.1f} % of segments predicted {class_names[top]} "
             f"(true share {100 * true_share:.1f} %)")
+
+
+def roc_auc(truth: np.ndarray, scores: np.ndarray) -> float:
+    """Area under the ROC curve of ``scores`` for the boolean ``truth`` (ties count half, as
+    in scikit-learn); NaN when only one class is present."""
+    truth = np.asarray(truth, dtype=bool)
+    n_pos, n_neg = int(truth.sum()), int((~truth).sum())
+    if n_pos == 0 or n_neg == 0:
+        return float("nan")
+    order = np.argsort(scores, kind="stable")
+    ranks = np.empty(len(order), dtype=np.float64)
+    sorted_scores = np.asarray(scores)[order]
+    starts = np.flatnonzero(np.r_[True, sorted_scores[1:] != sorted_scores[:-1]])
+    ends = np.r_[starts[1:], len(order)]
+    for a, b in zip(starts, ends, strict=True):          # tied scores share their mean rank
+        ranks[order[a:b]] = (a + b + 1) / 2.0
+    return float((ranks[truth].sum() - n_pos * (n_pos + 1) / 2.0) / (n_pos * n_neg))

@@ -52,7 +52,8 @@ from leakpipe.train.validation import EvalResult, ValSplit, validate
 
 log = logging.getLogger(__name__)
 
-MONITOR_MODES: dict[str, Mode] = {"val/file_f1": "max", "val/loss": "min"}
+MONITOR_MODES: dict[str, Mode] = {"val/file_f1": "max", "val/file_roc_auc": "max",
+                                   "val/loss": "min"}
 FALLBACK_MONITOR = "val/loss"
 FILE_LABELS = ("not LEAK", "LEAK")   # rows / columns of the file-level confusion matrix
 EpochCallback = Callable[[int, dict[str, float]], None]
@@ -130,7 +131,7 @@ def _build(model_cfg: ModelConfig, train_cfg: TrainConfig, runtime: Runtime,
 
 def _monitor(cfg: TrainConfig, val: ValSplit) -> tuple[str, Mode]:
     has_leak = bool(np.any(np.asarray(val.labels) == val.leak_index))
-    if cfg.monitor == "val/file_f1" and not has_leak:
+    if cfg.monitor in ("val/file_f1", "val/file_roc_auc") and not has_leak:
         log.warning("the val split holds no LEAK file: early stopping monitors %s instead of %s",
                     FALLBACK_MONITOR, cfg.monitor)
         return FALLBACK_MONITOR, MONITOR_MODES[FALLBACK_MONITOR]

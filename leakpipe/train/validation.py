@@ -18,7 +18,7 @@ from torch import nn
 from leakpipe.config import DecisionConfig
 from leakpipe.data.file_order import FileOrderBatches
 from leakpipe.data.schema import leak_index
-from leakpipe.decision.metrics import binary_metrics, diagnose, dominant_class
+from leakpipe.decision.metrics import binary_metrics, diagnose, dominant_class, roc_auc
 from leakpipe.decision.select import select_operating_point
 from leakpipe.decision.voting import file_scores, threshold_grid
 from leakpipe.inference import inference_form
@@ -121,7 +121,8 @@ def _result(seg_probs: np.ndarray, loss: float, confusion: np.ndarray, val: ValS
              dominant_class(pred_counts, true_counts, val.class_names)]
     n = max(1, int(confusion.sum()))
     return EvalResult(
-        loss=loss, accuracy=float(np.trace(confusion)) / n, segment=seg, file=files.at(best),
+        loss=loss, accuracy=float(np.trace(confusion)) / n, segment=seg,
+        file={**files.at(best), "roc_auc": roc_auc(file_truth, scores)},
         threshold=point.threshold, file_f1_curve=files.f1, class_names=val.class_names,
         pred_counts=tuple(int(c) for c in pred_counts),
         true_counts=tuple(int(c) for c in true_counts),
