@@ -37,6 +37,8 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "base": ("the committed defaults", {}),
     "level_none": ("keep absolute level (one logger model, fixed gain): no per-clip norm",
                    {"train.input_norm": "none"}),
+    "level_free": ("remove each clip's mean level (input_norm clip_level)",
+                   {"train.input_norm": "clip_level"}),
     "level_head": ("conv sees spectral shape, the head sees absolute level and band levels",
                    {"train.input_norm": "none", "model.level_input": True}),
     "level_head_rel": ("level head under clip_level: relative level only",
@@ -64,6 +66,14 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "none_native": ("level kept + features limited to the loggers' band",
                     {"train.input_norm": "none", "build.sample_rate": 4096,
                      "build.fmax": 2048.0}),
+    "none_lr": ("level kept + a 4x lower learning rate: fewer, smaller steps before the "
+                "network memorises a few dozen sites", {"train.input_norm": "none",
+                                                        "train.learning_rate": 0.0005}),
+    "none_small": ("level kept + less capacity", {"train.input_norm": "none",
+                                                  "model.widths": [16, 32, 64],
+                                                  "model.hidden": 64}),
+    "none_nogain": ("level kept, no random gain in augmentation (the loggers share a gain)",
+                    {"train.input_norm": "none", "train.augment.gain_db": 0.0}),
     "no_augment": ("augmentation off (mixing across sites breaks site->class shortcuts)",
                    {"train.augment.enabled": False}),
 }

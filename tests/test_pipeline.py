@@ -33,6 +33,7 @@ TINY = {
     "evaluate": {"bootstrap_resamples": 20},
     "tune": {"n_trials": 2, "epochs": 1},
     "adapt": {"rounds": 1, "epochs": 1},
+    "cv": {"folds": 2, "epochs": 1, "bootstrap_resamples": 20},
 }
 
 
@@ -113,12 +114,14 @@ def test_repro_builds_every_output(reproduced: tuple[Path, str]) -> None:
     assert report["n_unusable"] == 0 and report["n_recordings"] > 0
     lock = yaml.safe_load((project / "dvc.lock").read_text())
     assert set(lock["stages"]) == {"check", "synth", "field", "index", "build", "validate",
-                                   "preload", "train", "evaluate", "baselines", "tune", "adapt"}
+                                   "preload", "train", "evaluate", "baselines", "tune", "adapt",
+                                   "crossval"}
     for output in ("models/model.pt", "metrics/train.json", "metrics/eval.json",
                    "metrics/baselines.json", "plots/baselines/comparison.json",
                    "metrics/tune.json", "tuning/best_params.yaml", "reports/preload.json",
                    "reports/validation.json", "reports/predictions.csv",
-                   "models/adapted_detector.pt", "metrics/adapt.json", "plots/adapt/rounds.csv"):
+                   "models/adapted_detector.pt", "metrics/adapt.json", "plots/adapt/rounds.csv",
+                   "metrics/cv.json", "reports/cv_predictions.csv", "plots/cv/folds.png"):
         assert (project / output).is_file(), output
 
 
