@@ -253,3 +253,20 @@ def test_source_without_out_and_a_foreign_work_folder_are_refused(
     assert code == 3 and "not a cross-validation work folder" in err, err
     assert (mine / "notes.txt").read_text() == "keep me"
     assert not (tmp_path / "cv.json").exists()
+
+
+def test_a_work_folder_of_other_settings_loses_its_folds_and_nothing_else(
+        tmp_path: Path) -> None:
+    from leakpipe.cv.stage import _open_work
+
+    work = tmp_path / "work"
+    _open_work(work, {"settings": 1})
+    (work / "fold-01").mkdir()
+    (work / "fold-01" / "result.json").write_text("{}")
+    (work / "preload.json").write_text("{}")
+    (work / "notes.txt").write_text("mine")
+    _open_work(work, {"settings": 1})                       # same inputs: resumes, keeps all
+    assert (work / "fold-01" / "result.json").is_file()
+    _open_work(work, {"settings": 2})                       # other inputs: the folds go
+    assert not (work / "fold-01").exists() and not (work / "preload.json").exists()
+    assert (work / "notes.txt").read_text() == "mine"

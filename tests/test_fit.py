@@ -253,6 +253,17 @@ def test_monitor_falls_back_to_val_loss_without_leaks(train_cfg: TrainConfig,
     assert result.history[0]["val/file_f1"] == 0.0
 
 
+def test_early_stopping_on_val_roc_auc_keeps_the_epoch_with_the_best_ranking(
+        train_cfg: TrainConfig, tmp_path: Path) -> None:
+    cfg = dataclasses.replace(train_cfg, monitor="val/file_roc_auc")
+    result = _fit(cfg, tmp_path)
+    assert result.monitor == "val/file_roc_auc"
+    aucs = [h["val/file_roc_auc"] for h in result.history]
+    assert all(0.0 <= a <= 1.0 for a in aucs)
+    assert result.best_metrics["val/file_roc_auc"] == max(aucs)
+    assert result.best_epoch == aucs.index(max(aucs))      # the first of equals
+
+
 def test_resume_refuses_changed_params(train_cfg: TrainConfig, tmp_path: Path) -> None:
     _fit(dataclasses.replace(train_cfg, epochs=1), tmp_path)
     with pytest.raises(ck.CheckpointError, match=r"train.learning_rate = 0.01, params now say "
