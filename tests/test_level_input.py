@@ -90,8 +90,7 @@ def test_level_reaches_the_head_while_the_convolutions_see_shape_only() -> None:
 
 
 def test_without_level_input_the_network_is_the_original() -> None:
-    model_cfg = load_section(PARAMS, "model")
-    assert model_cfg.level_input is False  # the default, until cross-validation decides
+    model_cfg = dataclasses.replace(load_section(PARAMS, "model"), level_input=False)
     torch.manual_seed(0)
     model = create_model(model_cfg, 5).eval()
     assert model.level is None
@@ -259,8 +258,8 @@ def test_predict_scores_a_level_input_detector_like_the_model(tmp_path: Path) ->
 
 
 def test_tuning_searches_level_input_and_old_studies_keep_their_names(tmp_path: Path) -> None:
-    model, train = load_section(PARAMS, "model"), load_section(PARAMS, "train")
-    tune = load_section(PARAMS, "tune")
+    model = dataclasses.replace(load_section(PARAMS, "model"), level_input=False)
+    train, tune = load_section(PARAMS, "train"), load_section(PARAMS, "tune")
     variant = make_variant(model, train, tune, {"model.level_input": True}, "trial 0")
     assert variant.model.level_input is True
     data = tmp_path / "train.h5"

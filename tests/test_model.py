@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
 from leakpipe.config import ConfigError, ModelConfig, from_mapping, load_section
-from leakpipe.model import LeakCNN, count_parameters, create_model
+from leakpipe.model import LEVEL_BANDS, LeakCNN, count_parameters, create_model
 from tests.conftest import PARAMS
 
 # conv 1->32 (320) + 32->64 (18,496) + 64->128 (73,856) + fc 2048->256 (524,544)
@@ -14,9 +16,14 @@ from tests.conftest import PARAMS
 ORIGINAL_PARAMS_5_CLASSES = 618_758
 
 
-def test_default_model_has_the_original_parameter_count() -> None:
-    model = create_model(load_section(PARAMS, "model"), n_classes=5)
-    assert count_parameters(model) == ORIGINAL_PARAMS_5_CLASSES
+def test_default_model_is_the_original_plus_its_level_features() -> None:
+    cfg = load_section(PARAMS, "model")
+    original = create_model(dataclasses.replace(cfg, level_input=False), n_classes=5)
+    assert count_parameters(original) == ORIGINAL_PARAMS_5_CLASSES
+    default = create_model(cfg, n_classes=5)             # model.level_input: true
+    n_level = 1 + LEVEL_BANDS                           # level + band levels, batch-normed
+    assert count_parameters(default) == (ORIGINAL_PARAMS_5_CLASSES + n_level * cfg.hidden
+                                         + 2 * n_level)
 
 
 @pytest.mark.parametrize(("n_mels", "n_frames"), [(64, 1), (16, 3), (8, 1)])

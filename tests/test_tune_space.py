@@ -55,7 +55,9 @@ def test_default_space_covers_what_the_original_searched(configs) -> None:
                      "train.weight_decay", "train.grad_clip", "train.grad_clip_norm",
                      "train.loss", "train.focal_gamma", "train.focal_alpha",
                      "train.leak_aux_weight", "train.leak_weight_boost", "train.warmup_epochs",
-                     "train.leak_oversample_factor"}
+                     "train.leak_oversample_factor",
+                     "train.input_norm"}      # level-aware or level-free: a tuned choice
+    assert configs[2].space.train["input_norm"].choices == ("none", "clip_level")
     assert isinstance(configs[2].space.train["learning_rate"], ParamSpec)
     assert configs[2].space.train["learning_rate"].log is True
 
@@ -132,7 +134,8 @@ def _fixed(params: dict[str, Any]) -> optuna.trial.FixedTrial:
 DEFAULT_PICK = {"model.dropout": 0.2, "train.learning_rate": 0.002, "train.batch_size": 512,
                 "train.weight_decay": 0.01, "train.grad_clip": False, "train.loss": "ce",
                 "train.leak_weight_boost": 2.0, "train.leak_aux_weight": 0.5,
-                "train.warmup_epochs": 0.5, "train.leak_oversample_factor": 2}
+                "train.warmup_epochs": 0.5, "train.leak_oversample_factor": 2,
+                "train.input_norm": "clip_level"}
 
 
 def test_conditional_parameters_are_asked_only_when_they_matter(configs) -> None:
