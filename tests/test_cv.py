@@ -109,8 +109,19 @@ def test_pooled_figures_and_the_site_bootstrap() -> None:
 
 # -- one fold's methods on real files ------------------------------------------------------------
 
+def _small_grids(params: dict) -> None:
+    """One small combination per baseline: the selection machinery runs, in a fraction of the
+    default grids' time."""
+    params["baselines"].update(
+        random_forest={"n_estimators": [20], "max_depth": [None, 4], "min_samples_leaf": [1]},
+        svm={"C": [1.0], "gamma": [0.1, 1.0]},
+        xgboost={"n_estimators": [20], "max_depth": [3], "learning_rate": [0.2]},
+        level_logreg={"C": [1.0]})
+
+
 def _settings(tmp: Path) -> Settings:
     params = yaml.safe_load(PARAMS.read_text())
+    _small_grids(params)
     params["runtime"]["device"] = "cpu"
     params["train"].update(batch_size=64)
     params["cv"].update(epochs=1, train_fraction=1.0)
@@ -171,6 +182,7 @@ def _recordings(root: Path) -> Path:
 
 def _small_params(root: Path) -> Path:
     params = yaml.safe_load(PARAMS.read_text())
+    _small_grids(params)
     params["build"].update(sample_rate=RATE, fmax=2048.0, clip_s=1.0, short_window=256,
                            short_hop=128, n_fft=256, hop_length=256, n_mels=16, workers=1,
                            clips_per_recording=2)

@@ -33,7 +33,7 @@ TINY = {
     "evaluate": {"bootstrap_resamples": 20},
     "tune": {"n_trials": 2, "epochs": 1},
     "adapt": {"rounds": 1, "epochs": 1},
-    "cv": {"folds": 2, "epochs": 1, "bootstrap_resamples": 20},
+    "cv": {"folds": 2, "epochs": 1, "bootstrap_resamples": 20, "methods": "[cnn, level_logreg]"},
 }
 
 
