@@ -232,5 +232,8 @@ def _check_outputs(root: Path, store: str) -> None:
     parent = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
     children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
     assert len(parent) == 1 and parent[0].info.status == "FINISHED"
-    assert sorted(r.data.tags["leakpipe.adapt_round"] for r in children) == ["0", "1", "2"]
+    finished = [r for r in children if r.info.status == "FINISHED"]
+    assert sorted(r.data.tags["leakpipe.adapt_round"] for r in finished) == ["0", "1", "2"]
+    # a SIGKILL inside round 2 leaves that attempt's child run unfinished (nothing can end it)
+    assert {r.data.tags["leakpipe.adapt_round"] for r in children if r not in finished} <= {"2"}
     assert parent[0].data.metrics["final/check/fpr"] == 0.0
