@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from leakpipe.decision.metrics import roc_auc  # the one ROC-AUC (ties count half)
 from leakpipe.evaluate.bootstrap import weighted_ranking
 
 QUANTILES = (0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0)
@@ -39,15 +40,6 @@ class ClipTable:
     def of(self, recording: str) -> np.ndarray:
         """The scores of one recording's clips, in time order."""
         return self.scores[self.recording == recording]
-
-
-def roc_auc(truth: np.ndarray, scores: np.ndarray) -> float:
-    """ROC-AUC (ties count half); NaN unless both classes are present."""
-    truth = np.asarray(truth).astype(bool)
-    if truth.all() or not truth.any():
-        return float("nan")
-    weights = np.ones((1, truth.size))
-    return float(weighted_ranking(np.asarray(scores, np.float64), truth, weights)[0][0])
 
 
 def balanced_accuracy(truth: np.ndarray, decision: np.ndarray) -> float:
