@@ -293,6 +293,25 @@ def test_a_finished_run_is_not_resumed_by_the_next_experiment(
     assert not (ws.checkpoints / "epoch-0002.pt").exists()
 
 
+@pytest.mark.parametrize("split", SPLITS)
+def test_an_empty_split_is_refused_when_loaded(
+        split: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A split with 0 rows: exit 3 and one line naming the file, before any epoch runs (an
+    empty val split used to train a whole epoch, then end in a traceback)."""
+    # refused before a run starts: the store is never created (nothing lands in the repo's)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    ws = make_workspace(tmp_path, files_per_class=1)
+    with SplitWriter(ws.data[split], split, SMALL_FEATURES, KNOWN_CLASSES):
+        pass                                                      # no rows
+    assert cli.main(["train", *stage_args(ws)]) == 3
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines[-1].startswith(f"error: {ws.data[split]}: ") and "no rows" in lines[-1]
+    assert not any("Traceback" in line for line in lines)
+    assert not ws.checkpoints.exists() and not ws.model.exists()
+    assert not (tmp_path / "mlflow.db").exists()
+
+
 # ---------------------------------------------------------------------------------------------
 # The plan, re-checked on this machine
 # ---------------------------------------------------------------------------------------------

@@ -114,6 +114,14 @@ def split_fingerprint(reader: SplitReader) -> str:
     return digest.hexdigest()[:DATA_ID_CHARS]
 
 
+def _require_rows(reader: SplitReader, role: str) -> None:
+    """Refuse a split with no rows when it is opened: an empty train split has no batch to
+    draw, and an empty val split would let a whole epoch train before validation fails."""
+    if reader.n_files == 0:
+        raise DataError(f"{reader.path}: the {role} split holds no rows (0 clips); "
+                        "nothing to train or validate on")
+
+
 def prepare_training(train_path: Path, val_path: Path, plan: dict[str, Any],
                      cfg: TrainConfig, device: torch.device, *, rank: int = 0,
                      world_size: int = 1, local_world_size: int = 1,
@@ -126,10 +134,12 @@ def prepare_training(train_path: Path, val_path: Path, plan: dict[str, Any],
     placement = (check_placement(plan, paths, cfg.batch_size, device, local_world_size)
                  if recheck else plan["placement"])
     with open_split(train_path) as train:
+        _require_rows(train, "train")
         data_classes, features = train.class_names, train.features
         labels = task_labels(train.labels, train.class_names, cfg.binary)
         data_id = {"train": split_fingerprint(train)}
     with open_split(val_path) as val:
+        _require_rows(val, "val")
         if val.class_names != data_classes or val.features != features:
             raise DataError(f"{val_path}: class names or feature config differ from "
                             f"{train_path}")
