@@ -1,0 +1,147 @@
+"""`leakpipe plots`: every DVC plot of this project on one page that fetches nothing.
+
+`dvc plots show` loads Vega from a CDN; the offline page must neither load a script nor link
+anything remote, and it must hold every plot dvc.yaml declares (the top-level ``plots:`` and
+each stage's), read by DVC from the plot files committed with the repo.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import shutil
+import subprocess
+import sys
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+import yaml
+
+from leakpipe.cli import main
+from tests.conftest import REPO
+
+REMOTE = ("http://", "https://", "//")
+
+
+class _Page(HTMLParser):
+    """The page's headings, images and every attribute that can fetch something."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[str] = []
+        self.links: list[str] = []          # every src / href value
+        self.images: list[str] = []
+        self.headings: list[str] = []
+        self._in_h2 = False
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append(tag)
+        for key, value in attrs:
+            if key in ("src", "href", "xlink:href") and value is not None:
+                self.links.append(value)
+                if tag == "img":
+                    self.images.append(value)
+        self._in_h2 = tag == "h2"
+
+    def handle_endtag(self, tag: str) -> None:
+        self._in_h2 = False
+
+    def handle_data(self, data: str) -> None:
+        if self._in_h2:
+            self.headings.append(data)
+
+
+def _declared_plots(dvc_yaml: Path) -> list[str]:
+    """The plot ids of dvc.yaml as DVC names them: a top-level plot by its title (or file), a
+    stage's plot by its file."""
+    spec = yaml.safe_load(dvc_yaml.read_text())
+    entries = list(spec.get("plots") or [])
+    for stage in spec["stages"].values():
+        entries += stage.get("plots") or []
+    return [entry if isinstance(entry, str) else next(iter(entry)) for entry in entries]
+
+
+def _dvc_project(root: Path) -> Path:
+    """``root`` made a DVC project (no git: the page needs only the workspace), analytics off
+    so that nothing here contacts the network."""
+    subprocess.run([sys.executable, "-m", "dvc", "init", "--no-scm", "-q"], cwd=root,
+                   check=True, capture_output=True, env={**os.environ, "DVC_NO_ANALYTICS": "1"})
+    config = root / ".dvc" / "config"            # `dvc init --no-scm` wrote a [core] section
+    config.write_text(config.read_text().replace("[core]\n", "[core]\n    analytics = false\n"))
+    return root
+
+
+def _parse(page: Path) -> _Page:
+    parsed = _Page()
+    parsed.feed(page.read_text(encoding="utf-8"))
+    return parsed
+
+
+def test_the_page_holds_every_plot_of_this_project_and_fetches_nothing(tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    for name in ("dvc.yaml", "params.yaml"):      # params: dvc.yaml interpolates ${...}
+        shutil.copy(REPO / name, project / name)
+    shutil.copytree(REPO / "plots", project / "plots")
+    _dvc_project(project)
+    out = tmp_path / "page"
+
+    assert main(["plots", "--repo", str(project), "--out", str(out)]) == 0
+
+    page = out / "index.html"
+    text = page.read_text(encoding="utf-8")
+    assert text.isascii()
+    parsed = _parse(page)
+    assert "script" not in parsed.tags and "link" not in parsed.tags
+    assert not [link for link in parsed.links if link.startswith(REMOTE)]
+    declared = _declared_plots(project / "dvc.yaml")
+    assert sorted(parsed.headings) == sorted(declared)
+    assert len(parsed.images) == len(declared)
+    for uri in parsed.images:                     # each figure: an SVG that links nothing
+        head, _, body = uri.partition(",")
+        assert head == "data:image/svg+xml;base64"
+        svg = base64.b64decode(body).decode("utf-8")
+        assert "<path" in svg or "<rect" in svg
+        assert 'href="http' not in svg and "<script" not in svg and "@import" not in svg
+
+
+def test_missing_plot_files_are_left_out_and_images_are_embedded(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A plot whose stage has not run yet is a warning, not a failure; an image plot is
+    embedded with its own type."""
+    project = tmp_path / "project"
+    (project / "plots").mkdir(parents=True)
+    (project / "plots" / "curve.csv").write_text("step,loss\n0,1.0\n1,0.5\n2,0.25\n")
+    shutil.copy(REPO / "plots" / "adapt" / "rounds.png", project / "plots" / "figure.png")
+    (project / "dvc.yaml").write_text(
+        "plots:\n"
+        "  - Loss per step:\n      x: step\n      y:\n        plots/curve.csv: loss\n"
+        "  - plots/figure.png\n"
+        "  - plots/not_run_yet.csv\n")
+    _dvc_project(project)
+    out = tmp_path / "page"
+
+    assert main(["plots", "--repo", str(project), "--out", str(out)]) == 0
+    logged = capsys.readouterr().err             # `main` logs to stderr, one line per event
+
+    parsed = _parse(out / "index.html")
+    assert sorted(parsed.headings) == ["Loss per step", "plots/figure.png"]
+    assert [uri.split(";")[0] for uri in parsed.images] == ["data:image/svg+xml",
+                                                             "data:image/png"]
+    assert "plot plots/not_run_yet.csv not loaded (FileNotFoundError)" in logged
+    assert "rendering plot 2/2: plots/figure.png" in logged
+
+
+def test_a_project_without_plot_data_is_a_one_line_error(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "dvc.yaml").write_text("plots:\n  - plots/not_run_yet.csv\n")
+    _dvc_project(project)
+
+    assert main(["plots", "--repo", str(project), "--out", str(tmp_path / "page")]) == 1
+
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.startswith("error: no plots to render in ")
+    assert not (tmp_path / "page").exists()
