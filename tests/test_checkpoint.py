@@ -122,6 +122,43 @@ def test_latest_ignores_temporaries_and_strangers(tmp_path: Path) -> None:
     assert ck.latest_checkpoint(tmp_path) == tmp_path / "epoch-0010.pt"
 
 
+# A kill inside a write leaves its hidden temporary file; the user's own files stay.
+OWN_TEMPORARIES = (".partial.pt.tmp", ".best.pt.tmp", ".epoch-0003.pt.tmp", ".run_id.tmp")
+USER_FILES = (".notes.tmp", "partial.pt.tmp", ".epoch-3.pt.tmp", ".partial.pt.tmp.bak",
+              ".finished.tmp", "notes.txt")
+
+
+def _litter(directory: Path) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    for name in (*OWN_TEMPORARIES, *USER_FILES):
+        (directory / name).write_bytes(b"PK\x03\x04 half a checkpoint")
+
+
+def _names(directory: Path) -> set[str]:
+    return {p.name for p in directory.iterdir()}
+
+
+def test_a_finished_folder_is_cleared_of_killed_writes_temporaries(tmp_path: Path) -> None:
+    """The next fresh start begins without the temporaries of the finished run's killed
+    writes (they used to survive it); files the writers never write are left alone."""
+    ck.save_checkpoint(_ckpt(3), tmp_path, keep_last=2, is_best=True)
+    ck.mark_finished(tmp_path)
+    _litter(tmp_path)
+    assert ck.clear_if_finished(tmp_path)
+    assert _names(tmp_path) == set(USER_FILES)
+
+
+def test_clear_temporaries_removes_only_the_writers_own(tmp_path: Path) -> None:
+    assert ck.clear_temporaries(tmp_path / "missing") == []
+    ck.save_checkpoint(_ckpt(3), tmp_path, keep_last=2, is_best=True)
+    _litter(tmp_path)
+    (tmp_path / ".best.pt.tmp.d").mkdir()                          # a folder is never ours
+    removed = ck.clear_temporaries(tmp_path)
+    assert sorted(p.name for p in removed) == sorted(OWN_TEMPORARIES)
+    assert _names(tmp_path) == {*USER_FILES, ".best.pt.tmp.d", "best.pt", "epoch-0003.pt"}
+    assert ck.latest_checkpoint(tmp_path) == tmp_path / "epoch-0003.pt"
+
+
 def test_unreadable_checkpoints_name_the_file(tmp_path: Path) -> None:
     garbage = tmp_path / "garbage.pt"
     garbage.write_bytes(b"\x00" * 64)

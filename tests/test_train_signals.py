@@ -30,6 +30,7 @@ from leakpipe.train.fit import FitOptions, FitResult, fit
 from leakpipe.train.inputs import prepare_training
 from leakpipe.train.interrupt import StopRequested
 from tests.conftest import REPO
+from tests.test_checkpoint import OWN_TEMPORARIES, USER_FILES, _litter
 from tests.test_train_stage import (
     Workspace,
     comparable,
@@ -186,6 +187,20 @@ def test_fit_stopped_mid_epoch_resumes_to_the_same_result(tmp_path: Path, mode: 
     for key, value in whole.model.state_dict().items():
         assert torch.equal(resumed.model.state_dict()[key], value), key
     assert not (tmp_path / "split" / ck.PARTIAL_NAME).exists()
+
+
+def test_a_resume_removes_the_temporaries_of_killed_checkpoint_writes(tmp_path: Path) -> None:
+    """A SIGKILL inside a write leaves e.g. ``.partial.pt.tmp``: the resumed run deletes the
+    writers' own temporaries before it writes anything, and nothing else of the folder."""
+    ws = make_workspace(tmp_path, files_per_class=2, train={"epochs": 1})
+    directory = tmp_path / "ck"
+    with pytest.raises(StopRequested):
+        _fit(ws, directory, stop_after=3)                       # writes partial.pt
+    _litter(directory)
+    resumed = _fit(ws, directory)
+    assert resumed.resumed_from == directory / ck.PARTIAL_NAME
+    names = {p.name for p in directory.iterdir()}
+    assert not names & set(OWN_TEMPORARIES) and set(USER_FILES) <= names
 
 
 def test_a_stale_partial_checkpoint_is_ignored(tmp_path: Path) -> None:

@@ -10,6 +10,12 @@ A run stopped mid-epoch (SIGINT / SIGTERM) writes ``partial.pt``: the state afte
 optimizer step plus a ``partial`` entry (the epoch, the batch source's position, the epoch's
 accumulators). It supersedes the epoch checkpoints only while it is newer than all of them.
 
+A kill inside a write (SIGKILL, OOM, power) leaves that write's hidden temporary file
+(``.partial.pt.tmp``, ``.epoch-0003.pt.tmp``, ...; ``leakpipe.files.temporary_sibling``), which
+no later write of another name replaces: ``clear_temporaries`` deletes exactly those names (never
+any other file of the folder) when a run starts or resumes, and ``clear_if_finished`` with the
+rest of a finished run.
+
 The train stage marks a folder ``finished`` once its outputs are written; the next run into
 that folder (DVC re-runs train only when params, code or data changed) starts fresh instead of
 resuming a run that already ended. Only an unfinished run (crash, signal) is resumed.
@@ -30,7 +36,7 @@ import torch
 from torch import nn
 
 from leakpipe.errors import LeakpipeError
-from leakpipe.files import save_torch_atomic
+from leakpipe.files import TMP_PREFIX, TMP_SUFFIX, save_torch_atomic, temporary_sibling
 from leakpipe.model import model_state, strip_prefixes, unwrap
 
 log = logging.getLogger(__name__)
@@ -42,6 +48,7 @@ BEST_NAME = "best.pt"
 PARTIAL_NAME = "partial.pt"
 FINISHED_NAME = "finished"
 RUN_ID_NAME = "run_id"        # the MLflow run of the latest attempt (train stage)
+WRITTEN_NAMES = (BEST_NAME, PARTIAL_NAME, RUN_ID_NAME)   # atomically written, besides EPOCH_RE
 REQUIRED_KEYS = ("version", "model", "epoch")
 
 
@@ -160,8 +167,30 @@ def clear_if_finished(directory: Path) -> bool:
         path.unlink()
     for name in (BEST_NAME, PARTIAL_NAME, FINISHED_NAME, RUN_ID_NAME):
         (directory / name).unlink(missing_ok=True)
+    clear_temporaries(directory)
     log.info("%s held a finished run: starting fresh", directory)
     return True
+
+
+def is_own_temporary(path: Path) -> bool:
+    """``path`` is the temporary sibling of a file this folder's writers write (a checkpoint or
+    ``run_id``): the only hidden files ``clear_temporaries`` may delete."""
+    target = path.name.removeprefix(TMP_PREFIX).removesuffix(TMP_SUFFIX)
+    ours = target in WRITTEN_NAMES or EPOCH_RE.match(target) is not None
+    return ours and temporary_sibling(path.with_name(target)) == path
+
+
+def clear_temporaries(directory: Path) -> list[Path]:
+    """Delete what killed checkpoint writes left behind (call before anything writes here)."""
+    if not directory.is_dir():
+        return []
+    stale = sorted(p for p in directory.iterdir() if p.is_file() and is_own_temporary(p))
+    for path in stale:
+        path.unlink(missing_ok=True)
+    if stale:
+        log.info("removed %d temporary file(s) of interrupted checkpoint writes in %s: %s",
+                 len(stale), directory, ", ".join(p.name for p in stale))
+    return stale
 
 
 def load_checkpoint(path: Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:

@@ -80,6 +80,8 @@ def fit(model_cfg: ModelConfig, train_cfg: TrainConfig, *, runtime: Runtime,
     run = _build(model_cfg, train_cfg, runtime, decision, len(train_source), val, class_counts,
                  features, opts.data_id)
     directory = Path(checkpoint_dir)
+    if opts.dist.is_main:       # the one writer; nothing is writing here yet
+        ckpt_io.clear_temporaries(directory)
     resumed = restore(run, directory)
     runner = compile_model(run.model, train_cfg)
     trainer = opts.dist.wrap(runner)   # DDP for the training steps; rank 0 validates `runner`
