@@ -2,9 +2,11 @@
 
 DVC deletes a stage's outputs before it runs the stage. A stage that then stops on a bad
 param has destroyed the user's model and metrics for nothing. Every stage depends on this
-one, which checks the whole file (every section, its cross-field rules, the tune space) and
-runs first: a bad value stops `dvc repro`, `dvc exp run -S` and queued experiments before any
-other stage starts, so no output is removed.
+one, which checks the whole file (every section, its cross-field rules, the tune space; no
+unknown section, no key given twice, no .inf / .nan) and runs first: a bad value stops
+`dvc repro`, `dvc exp run -S` and queued experiments before any other stage starts, so no
+output is removed. In dvc.yaml it depends on the whole file (`- params.yaml:`), not on a list
+of sections: a new or misspelt section then makes it run again, and stop.
 
 The stamp it writes has the same bytes whatever the params are: a successful check leaves
 every downstream stage exactly as stale as its own params make it.

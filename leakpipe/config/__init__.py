@@ -1,13 +1,14 @@
 """Typed, frozen configuration: one dataclass per params.yaml section, loaded strictly.
 
 Every key in params.yaml maps to exactly one field here. Loading rejects unknown keys, missing
-keys, wrong types and out-of-range values with a one-line ``ConfigError`` naming the file and the
-dotted key. Variants are made with ``dataclasses.replace``; nothing mutates a loaded config.
+keys, wrong types, non-finite floats and out-of-range values with a one-line ``ConfigError``
+naming the file and the dotted key. Variants are made with ``dataclasses.replace``; nothing
+mutates a loaded config.
 
 Package layout (import from ``leakpipe.config``; the submodules are an implementation detail):
 
 - ``fields``: ``num``, a numeric dataclass field whose bounds (``ge``, ``gt``, ``le``, ``lt``)
-  ride in the field metadata.
+  ride in the field metadata; ``num(finite=False)`` is the only way a float may be .inf / .nan.
 - ``data``: `synth`, `field`, `build` (with ``FeatureConfig``, ``SplitConfig``, ``QualityConfig``),
   `validate`, `preload`.
 - ``training``: `model`, `train` (with ``AugmentConfig`` and the input norms), `monitor`.
@@ -19,8 +20,8 @@ Package layout (import from ``leakpipe.config``; the submodules are an implement
 - ``crossval``: `cv` (grouped cross-validation of the CNN and the baselines).
 - ``tuning``: `tune`, its search space (``TuneSpace``, ``ParamSpec``) and the TUNE_* constants.
 - ``sections``: ``SECTIONS``, the section name -> dataclass table.
-- ``loading``: ``read_params``, ``load_section``, ``from_mapping``: strict conversion and
-  bounds checks.
+- ``loading``: ``read_params`` (UTF-8 only, duplicate keys and unknown sections refused),
+  ``load_section``, ``from_mapping``: strict conversion, finiteness and bounds checks.
 
 Imports run one way, so there is no cycle: fields <- data, training, evaluation;
 training <- tuning; all section modules <- sections <- loading <- this package.
