@@ -113,15 +113,18 @@ def machines(tmp_path_factory: pytest.TempPathFactory) -> Machines:
     _dvc(origin, "init", "-q")
     (origin / ".dvc" / "config").write_text("[core]\n    analytics = false\n")   # and in clones
 
-    # machine A (docs/scale-out.md section 2)
     _dvc(origin, "repro")
-    _dvc(origin, "remote", "add", "-d", "store", str(remote))
     _run(origin, "git", "add", "-A")
-    _run(origin, "git", "commit", "-qm", "pipeline, its lock and the remote")
+    _run(origin, "git", "commit", "-qm", "the pipeline and its lock")
+
+    # machine A (docs/scale-out.md section 2)
+    _dvc(origin, "remote", "add", "-d", "store", str(remote))
+    _run(origin, "git", "add", ".dvc/config")
+    _run(origin, "git", "commit", "-qm", "DVC remote")
     _dvc(origin, "push")
     commit = _run(origin, "git", "rev-parse", "HEAD").strip()
 
-    # machine B (section 3)
+    # machine B (section 3); `make test` is left out: it is this suite
     _run(root, "git", "clone", "-q", str(origin), str(clone))
     _run(clone, "git", "checkout", "-q", commit)
     _dvc(clone, "pull", *PULLED)
@@ -154,16 +157,27 @@ def test_the_clone_is_up_to_date_and_repro_reruns_only_index(machines: Machines)
 def test_the_recordings_stay_in_the_users_storage(machines: Machines) -> None:
     """The remote holds the outputs only: not one recording, nor the manifest, went there.
     A machine that does not see the storage at the path dvc.lock names sees `index`'s
-    dependency as deleted (and `dvc repro` would stop there)."""
+    dependency as deleted, and `dvc repro` stops at `index`, having removed its output (a
+    file git carries: `git checkout` brings it back)."""
     pushed = {path.read_bytes() for path in machines.remote.rglob("*") if path.is_file()}
     assert pushed and not pushed & {*RECORDINGS.values(),
                                     (machines.storage / "manifest.csv").read_bytes()}
+    clone, index = machines.clone, machines.clone / "reports" / "recordings.json"
     away = machines.storage.with_name("storage.away")
     machines.storage.rename(away)
     try:
-        status = json.loads(_dvc(machines.clone, "status", "--json"))
+        status = json.loads(_dvc(clone, "status", "--json"))
+        repro = subprocess.run([str(BIN / "dvc"), "repro"], cwd=clone, env=_env(),
+                               capture_output=True, text=True, check=False, timeout=120)
+        removed = not index.exists()
     finally:
         away.rename(machines.storage)
+        _run(clone, "git", "checkout", "-q", "--", "reports/recordings.json")
     manifest = str(machines.storage / "manifest.csv")
     assert {"changed deps": {manifest: "deleted"}} in status["index"]
     assert set(status) == {"index"}
+    assert repro.returncode != 0 and "Running stage" not in repro.stdout.replace(
+        "Running stage 'index'", "")
+    assert f"failed to reproduce 'index': dependency '{manifest}' does not exist" in (
+        repro.stdout + repro.stderr)
+    assert removed
