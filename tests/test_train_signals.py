@@ -5,6 +5,7 @@ writes too, is tests/test_faults.py's."""
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import dataclasses
 import itertools
@@ -229,3 +230,48 @@ def test_resume_takes_the_best_weights_from_the_epoch_checkpoint(tmp_path: Path)
     for key, value in first.model.state_dict().items():
         assert torch.equal(again.model.state_dict()[key], value), key
 
+
+
+# ---------------------------------------------------------------------------------------------
+# What a stop names: the file the re-run resumes from (restore's choice), never best.pt
+# ---------------------------------------------------------------------------------------------
+
+
+def test_a_stop_before_an_epoch_names_the_partial_checkpoint_it_resumed_from(
+        tmp_path: Path) -> None:
+    ws = make_workspace(tmp_path, files_per_class=2, train={"epochs": 1})
+    directory = tmp_path / "ck"
+    with pytest.raises(StopRequested):
+        _fit(ws, directory, stop_after=3)                       # partial.pt, no epoch yet
+    with pytest.raises(StopRequested) as stopped:
+        _fit(ws, directory, stop_after=0)                       # resumed, stopped at once
+    assert stopped.value.checkpoint == directory / ck.PARTIAL_NAME
+
+
+def test_a_stop_during_the_last_validation_names_the_checkpoint_the_rerun_resumes_from(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Ctrl-C while the last epoch validates: fit returns, the stage stops (exit 130) and says
+    which file the re-run starts from, the one ``restore`` resumes from (the message used to
+    name best.pt, the resume used epoch-NNNN.pt)."""
+    from leakpipe import cli
+    from leakpipe.train import stage
+
+    ws = make_workspace(tmp_path, files_per_class=1, train={"epochs": 1},
+                        monitor=QUIET_MONITOR)
+    real_fit = stage.fit
+
+    def fit_then_ctrl_c(*args: object, **kwargs: object) -> FitResult:
+        result = real_fit(*args, **kwargs)
+        signal.raise_signal(signal.SIGINT)       # caught by the stage's GracefulStop
+        return result
+
+    monkeypatch.setattr(stage, "fit", fit_then_ctrl_c)
+    monkeypatch.setattr(stage, "_tracker", lambda *_: contextlib.nullcontext(NullTracker()))
+    assert cli.main(["train", *stage_args(ws)]) == 130
+    told = [line for line in capsys.readouterr().err.splitlines()
+            if "stopped after the last epoch" in line]
+    resumed = _fit(ws, ws.checkpoints)                          # what the re-run does
+    assert resumed.resumed_from == ws.checkpoints / "epoch-0000.pt" and resumed.epochs_run == 0
+    assert len(told) == 1, told
+    assert told[0].endswith(f"re-run the stage to resume from {resumed.resumed_from}"), told

@@ -45,7 +45,7 @@ from leakpipe.train.interrupt import StopRequested
 from leakpipe.train.loop import Batch, EpochProgress, TrainEpochResult, train_one_epoch
 from leakpipe.train.losses import LossConfig, build_loss
 from leakpipe.train.optim import create_optimization, steps_per_epoch
-from leakpipe.train.resume import RESUME_FREE_KEYS, restore
+from leakpipe.train.resume import RESUME_FREE_KEYS, restore, resume_point
 from leakpipe.train.state import RunState
 from leakpipe.train.torch_setup import CompileError, compile_model, configure_torch
 from leakpipe.train.validation import EvalResult, ValSplit, validate
@@ -185,9 +185,9 @@ def _stop_poll(opts: FitOptions) -> Callable[[], bool] | None:
 def _stop_if_requested(opts: FitOptions, directory: Path, where: str) -> None:
     stop = _stop_poll(opts)
     if stop is not None and stop():
-        latest = ckpt_io.latest_checkpoint(directory)
-        log.info("stop requested %s; last checkpoint %s", where, latest)
-        raise StopRequested(f"stopped {where}", latest)
+        start = resume_point(directory)     # a resumed partial.pt, not yet superseded, too
+        log.info("stop requested %s; last checkpoint %s", where, start)
+        raise StopRequested(f"stopped {where}", start)
 
 
 def _stop_mid_epoch(run: RunState, source: TrainSource, progress: EpochProgress, epoch: int,
@@ -204,6 +204,8 @@ def _stop_mid_epoch(run: RunState, source: TrainSource, progress: EpochProgress,
     elif state_dict is None:
         log.info("this batch source cannot resume mid-epoch: epoch %d restarts", epoch + 1)
     opts.dist.barrier()   # rank 0's checkpoint is on disk before any rank exits
+    if path is None:      # no partial.pt from this stop: the re-run starts where restore says
+        path = resume_point(directory)
     log.info("stop requested: stopped in epoch %d after %d of %d optimizer steps; "
              "checkpoint %s", epoch + 1, progress.steps,
              steps_per_epoch(len(source), run.optim.accum_steps), path)

@@ -45,18 +45,40 @@ def restore(run: RunState, directory: Path) -> Path | None:
     return None
 
 
+def resume_point(directory: Path) -> Path | None:
+    """The file ``restore`` will resume ``directory`` from (None: nothing saved yet).
+
+    A stop message names it, so it must be restore's own choice, not e.g. best.pt. Reads only:
+    a stale partial.pt is dropped by ``restore``, not here.
+    """
+    latest = ckpt_io.latest_checkpoint(directory)
+    path = ckpt_io.partial_path(directory)
+    if not path.is_file():
+        return latest
+    try:
+        partial = ckpt_io.load_checkpoint(path, map_location="cpu")
+    except ckpt_io.CheckpointError:
+        return path    # restore tries it, and its error names the file
+    return path if _continues(partial, latest) else latest
+
+
 def _usable_partial(directory: Path, latest: Path | None) -> dict[str, Any] | None:
     """The mid-epoch checkpoint when it continues the newest epoch checkpoint; stale -> None."""
     path = ckpt_io.partial_path(directory)
     if not path.is_file():
         return None
     ckpt = ckpt_io.load_checkpoint(path, map_location="cpu")
-    done = NOTHING_DONE if latest is None else ckpt_io.load_checkpoint(latest)["epoch"]
-    if int(ckpt["epoch"]) >= int(done) and "partial" in ckpt:
+    if _continues(ckpt, latest):
         return ckpt
     log.info("ignoring %s: epoch checkpoint %s is newer", path, latest)
     ckpt_io.drop_partial(directory)
     return None
+
+
+def _continues(partial: Mapping[str, Any], latest: Path | None) -> bool:
+    """``partial`` (a mid-epoch checkpoint) is not older than the epoch checkpoint ``latest``."""
+    done = NOTHING_DONE if latest is None else ckpt_io.load_checkpoint(latest)["epoch"]
+    return int(partial["epoch"]) >= int(done) and "partial" in partial
 
 
 def resume(run: RunState, ckpt: Mapping[str, Any], path: Path) -> None:

@@ -61,6 +61,7 @@ from leakpipe.train.outputs import (
     metrics_summary,
     save_model,
 )
+from leakpipe.train.resume import resume_point
 
 log = logging.getLogger(__name__)
 
@@ -114,12 +115,19 @@ def run_train(paths: TrainPaths, cfgs: TrainSections, *, progress: bool = True) 
         try:
             _run_stage(paths, cfgs, runtime.on(dist.device(runtime.device)), dist, stop, progress)
         except StopRequested as exc:
-            log.info("%s (%s); exit %d, re-run the stage to resume from %s", exc, stop.name,
-                     stop.exit_code, exc.checkpoint or paths.checkpoints)
+            log.info("%s (%s); exit %d, %s", exc, stop.name, stop.exit_code,
+                     _resume_advice(exc.checkpoint))
             dist.close()
             return stop.exit_code
         dist.close()
     return 0
+
+
+def _resume_advice(checkpoint: Path | None) -> str:
+    """What re-running the stage does: the file it resumes from is the one ``restore`` picks."""
+    if checkpoint is None:
+        return "no checkpoint written yet: re-running the stage starts over"
+    return f"re-run the stage to resume from {checkpoint}"
 
 
 def _run_stage(paths: TrainPaths, cfgs: TrainSections, runtime: Runtime, dist: Distributed,
@@ -189,7 +197,8 @@ def _fit(paths: TrainPaths, cfgs: TrainSections, runtime: Runtime, dist: Distrib
     _log_profile(tracker, probe)
     _log_earlier_epochs(tracker, result)
     if dist.any(stop.requested()):    # the signal came during the last validation
-        raise StopRequested("stopped after the last epoch", result.best_checkpoint)
+        # the re-run resumes from the last epoch checkpoint, not from best.pt
+        raise StopRequested("stopped after the last epoch", resume_point(paths.checkpoints))
     return result
 
 
