@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import itertools
 import json
 from pathlib import Path
 
@@ -164,9 +165,14 @@ def test_multi_class_model_reports_per_class_metrics(tmp_path: Path,
     known_detector(tmp_path / "models" / "model.pt", binary=False)
     _write_splits(tmp_path / "data" / "processed")
     result = _evaluate(tmp_path, cfg, decision=dataclasses.replace(DECISION, prob_mode="aux"))
-    for name in KNOWN_CLASSES:
-        assert f"test/class/{name}/file_f1" in result.metrics
-        assert f"test/class/{name}/seg_recall" in result.metrics
+    m = result.metrics
+    for split in ("val", "test"):    # F1 always; a rate only where its denominator is not empty
+        for name, level in itertools.product(KNOWN_CLASSES, ("file", "seg")):
+            assert f"{split}/class/{name}/{level}_f1_ci_low" in m
+    bounded = [k.removesuffix("_ci_low") for k in m if "/class/" in k and k.endswith("_ci_low")]
+    assert {k.rsplit("_", 1)[-1] for k in bounded} == {"precision", "recall", "f1"}
+    for figure in bounded:
+        assert m[f"{figure}_ci_low"] <= m[figure] <= m[f"{figure}_ci_high"], figure
     assert result.metrics["test/file_roc_auc"] > 0.8
 
 
@@ -199,8 +205,11 @@ def test_stage_writes_outputs_and_logs_to_mlflow(project: Path,
     saved = load_detector(project / "models" / "detector.pt")
     assert saved.threshold == metrics["eval/threshold"]          # reported == saved
     assert saved.voting.rule == metrics["eval/rule"] == "long_vote"
-    assert metrics["test/file_f1_ci_low"] <= metrics["test/file_f1"] <= \
-        metrics["test/file_f1_ci_high"]
+    for split in ("val", "test"):             # every file and segment figure has its interval
+        for key in ("file_f1", "file_roc_auc", "file_specificity", "seg_f1", "seg_roc_auc",
+                    "seg_pr_auc", "seg_recall"):
+            name = f"{split}/{key}"
+            assert metrics[f"{name}_ci_low"] <= metrics[name] <= metrics[f"{name}_ci_high"], name
     rows = _read_csv(project / "reports" / "predictions.csv")
     assert len(rows) == SPLIT_FILES["test"]
     assert {"recording_id", "group", "label", "leak_prob", "frac_long_over", "decision"} <= \

@@ -14,8 +14,10 @@ from sklearn.metrics import (
     roc_auc_score,
 )
 
+from leakpipe.evaluate import bootstrap
 from leakpipe.evaluate.bootstrap import (
     bootstrap_intervals,
+    percentile_interval,
     rate_intervals,
     recording_weights,
     weighted_counts,
@@ -159,3 +161,32 @@ def test_class_metrics_names_and_values() -> None:
     assert got["test/class/BACKGROUND/file_support"] == 2.0
     assert got["test/class/NORMAL/file_f1"] == pytest.approx(f1_score(labels, pred,
                                                                        average=None)[2])
+
+
+def test_segment_bootstrap_equals_explicit_recording_weights(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Segments carry their recording: per-recording counts, integer weights and the ranking
+    done a few resamples at a time give the percentiles of the explicit (B, items) weights."""
+    monkeypatch.setattr(bootstrap, "RANKING_VALUES", 50)       # one resample per ranking step
+    rng = np.random.default_rng(4)
+    files, per_file = 24, 6
+    ids = np.repeat(np.arange(files) // 2, per_file)                  # 12 recordings
+    truth = np.repeat(rng.random(files) < 0.5, per_file)
+    scores = np.round(0.3 * truth + 0.7 * rng.random(files * per_file), 2)   # with ties
+    decision = scores >= 0.5
+    got = bootstrap_intervals(truth, decision, scores, ids, resamples=200, confidence=0.9,
+                              seed=2)
+    weights = recording_weights(ids, 200, np.random.default_rng(2))   # the same draws
+    roc, ap = weighted_ranking(scores, truth, weights)
+    want = {"f1": weighted_counts(truth, decision, weights).f1, "roc_auc": roc, "pr_auc": ap}
+    for name, values in want.items():
+        interval = percentile_interval(values, 0.9)
+        assert (got[name].low, got[name].high) == (pytest.approx(interval.low),
+                                                   pytest.approx(interval.high)), name
+
+
+def test_bootstrap_without_scores_has_no_ranking_intervals() -> None:
+    truth, _, pred = _random(1, 60)
+    got = bootstrap_intervals(truth, pred, None, np.arange(60), resamples=100,
+                              confidence=0.95, seed=0)
+    assert set(got) == {"accuracy", "precision", "recall", "specificity", "f1"}

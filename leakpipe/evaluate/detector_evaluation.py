@@ -6,8 +6,9 @@
    `leakpipe predict` use too);
 2. choose the threshold (and with ``select_rule`` the rule) on val by the stated criterion
    (``select.select_operating_point``): the test split is not even opened yet;
-3. score the test split and apply that point unchanged: file / segment / per-class metrics,
-   bootstrap intervals over test recordings, prediction rows.
+3. score the test split and apply that point unchanged: file / segment / per-class metrics
+   of both splits, each with its bootstrap interval over the split's recordings (val's are
+   in-sample for the threshold), prediction rows.
 
 ``write_outputs`` writes the DVC outputs atomically: `metrics/eval.json` (metric names nested
 at their slashes, as train's: DVC shows ``test/file_f1`` as ``test.file_f1``), the plot files,
@@ -36,17 +37,9 @@ from leakpipe.decision.select import OperatingPoint, select_operating_point
 from leakpipe.decision.voting import VotingConfig, file_scores, threshold_grid
 from leakpipe.detector import Detector, Network, save_detector, with_operating_point
 from leakpipe.errors import DataError
-from leakpipe.evaluate.bootstrap import bootstrap_intervals
-from leakpipe.evaluate.figures import (
-    FileTable,
-    binary_figures,
-    class_metrics,
-    frac_long_over,
-    interval_metrics,
-    prediction_rows,
-    prefixed,
-)
+from leakpipe.evaluate.figures import FileTable, frac_long_over, prediction_rows
 from leakpipe.evaluate.plots import PLOT_FILES, plot_data
+from leakpipe.evaluate.split_metrics import Resampling, class_figures, split_figures
 from leakpipe.files import write_csv_atomic, write_json_atomic
 from leakpipe.metric_names import json_safe, nest
 from leakpipe.runtime import Runtime
@@ -164,7 +157,7 @@ def evaluate_detector(network: Network, paths: Mapping[str, Path], plan: Mapping
     test_scores = _score(model, network, paths[TEST], setup, TEST)
     seg_threshold = decision.segment_threshold
     val = split_result(VAL, val_table, val_scores, point, cfg, seg_threshold, network.binary,
-                       bootstrap=False)
+                       bootstrap=True)
     test = split_result(TEST, test_table, test_scores, point, cfg, seg_threshold,
                         network.binary, bootstrap=True)
     info = {"eval/rule": point.rule, "eval/prob_mode": decision.prob_mode,
@@ -201,39 +194,21 @@ def _score(model: Any, network: Network, path: Path, setup: _Setup, name: str) -
 def split_result(name: str, table: FileTable, scores: Scores, point: OperatingPoint,
                  cfg: EvaluateConfig, segment_threshold: float, binary: bool, *,
                  bootstrap: bool) -> SplitResult:
-    """Decisions and every figure of one split under ``point``."""
+    """Decisions and every figure of one split under ``point``; with ``bootstrap``, every
+    figure's interval over recording draws (``split_metrics``)."""
     file_score = file_scores(scores.seg_probs, point.rule, point.vote_fraction)   # (F,)
     decision = file_score >= point.threshold
-    metrics = prefixed(f"{name}/file", binary_figures(table.truth, decision, file_score))
-    metrics.update(_segment_metrics(name, table, scores, segment_threshold))
-    if bootstrap:
-        intervals = bootstrap_intervals(
-            table.truth, decision, file_score, table.recording_id,
-            resamples=cfg.bootstrap_resamples, confidence=cfg.confidence, seed=cfg.seed)
-        metrics.update(interval_metrics(f"{name}/file", intervals))
+    resampling = (Resampling(cfg.bootstrap_resamples, cfg.confidence, cfg.seed)
+                  if bootstrap else None)
+    metrics = split_figures(name, table, decision, file_score, scores.seg_probs,
+                            segment_threshold, resampling)
     if not binary:
-        metrics.update(_class_metrics(name, table, scores))
+        metrics.update(class_figures(name, table, scores.class_probs, scores.seg_pred,
+                                     scores.seg_probs[0].size, resampling))
     metrics[f"{name}/files"] = float(scores.n_files)
     metrics[f"perf/eval_{name}_files_per_s"] = scores.n_files / max(scores.seconds, 1e-9)
     return SplitResult(name, table, scores, file_score, decision,
                        frac_long_over(scores.seg_probs, point.threshold), metrics)
-
-
-def _segment_metrics(name: str, table: FileTable, scores: Scores,
-                     threshold: float) -> dict[str, float]:
-    per_file = scores.seg_probs[0].size
-    truth = np.repeat(table.truth, per_file)                         # (F * L * S,)
-    probs = scores.seg_probs.reshape(-1)                             # (F * L * S,)
-    return prefixed(f"{name}/seg", binary_figures(truth, probs >= threshold, probs))
-
-
-def _class_metrics(name: str, table: FileTable, scores: Scores) -> dict[str, float]:
-    per_file = scores.seg_probs[0].size
-    names = table.class_names
-    out = class_metrics(name, "file", table.label, scores.class_probs.argmax(axis=1), names)
-    out.update(class_metrics(name, "seg", np.repeat(table.label, per_file), scores.seg_pred,
-                             names))
-    return out
 
 
 def _summary_metrics(point: OperatingPoint, val: SplitResult,
