@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -34,6 +35,7 @@ RESULTS = REPO / "benchmarks" / "results"
 
 # name -> (why, params overrides as dotted keys); each states the physical reason it might help
 NO_HEAD = {"model.level_input": False}
+PRETRAINED = "@pretrained"  # replaced by the network `pretrain()` trains
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "default": ("the committed defaults: input_norm none + model.level_input (gain-free conv "
                 "features, the level and band levels as separate head inputs)", {}),
@@ -64,6 +66,23 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "no_highpass": ("a DC offset reaches the lowest mel band", {"build.highpass_hz": 0.0}),
     "band_limit": ("random band-limiting: empty upper bands are no evidence",
                    {"train.augment.band_limit_prob": 0.5}),
+    "tonal5": ("convs see the spectrum after a median over 5 mel bands: site tones (pumps, "
+               "machines, hum) vanish, the broadband leak envelope stays",
+               {"model.tonal_median": 5}),
+    "tonal9": ("as tonal5 over 9 mel bands (wider lines and harmonic clusters removed)",
+               {"model.tonal_median": 9}),
+    "loss_monitor": ("early stopping on val loss: smooth where val F1 on 2-3 sites ties, so the "
+                     "curve shows when the network starts to memorise",
+                     {"train.monitor": "val/loss"}),
+    "loss_lr": ("val-loss early stopping + a 4x lower learning rate",
+                {"train.monitor": "val/loss", "train.learning_rate": 0.0005}),
+    "pretrain": ("synthetic pretraining on many other sites (--pretrain-sites), then "
+                 "fine-tuning on the fold's sites: features learnt where no single site can be "
+                 "memorised",
+                 {"train.init_checkpoint": PRETRAINED, "train.reset_optimizer": True}),
+    "pretrain_lr": ("synthetic pretraining, fine-tuned with a 4x lower learning rate",
+                    {"train.init_checkpoint": PRETRAINED, "train.reset_optimizer": True,
+                     "train.learning_rate": 0.0005}),
 }
 
 
@@ -77,12 +96,17 @@ def set_key(params: dict[str, Any], dotted: str, value: Any) -> None:
     node[leaf] = value
 
 
-def variant_params(base: Path, overrides: dict[str, Any], folder: Path) -> Path:
+def variant_params(base: Path, overrides: dict[str, Any], folder: Path,
+                   pretrained: Path | None = None) -> Path:
     params = yaml.safe_load(base.read_text())
     params["cv"].update(epochs=params["train"]["epochs"], train_fraction=1.0)
     params["build"]["clips_per_recording"] = "all"
     params["build"]["on_error"] = "skip"
     for key, value in overrides.items():
+        if value == PRETRAINED:
+            if pretrained is None:
+                raise SystemExit("a pretrain variant needs --pretrain-sites")
+            value = str(pretrained)
         set_key(params, key, value)
     path = folder / "params.yaml"
     path.write_text(yaml.safe_dump(params, sort_keys=False))
@@ -96,6 +120,36 @@ def render_scenario(folder: Path, seed: int | None) -> Path:
         cmd += ["--seed", str(seed)]
     subprocess.run(cmd, check=True, cwd=REPO)
     return folder / "manifest.csv"
+
+
+def pretrain(folder: Path, params: Path, sites: int, seed: int) -> Path:
+    """Render another small network of ``sites`` sites (its own seed, so no site is shared with
+    the scenario under test), build it with the params' build section and train the default
+    network on it; returns the network file. Kept in ``folder`` and reused."""
+    model = folder / "model.pt"
+    if model.is_file():
+        return model
+    folder.mkdir(parents=True, exist_ok=True)
+    run = [sys.executable, "-m", "leakpipe.cli"]
+    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{folder / 'mlflow.db'}"}
+    base = yaml.safe_load(params.read_text())
+    base["build"].update(clips_per_recording="all", on_error="skip")
+    own = folder / "params.yaml"
+    own.write_text(yaml.safe_dump(base, sort_keys=False))
+    subprocess.run(run + ["synth", "--scenario", "small_network", "--seed", str(seed),
+                          "--network-sites", str(sites), "--out", str(folder / "audio"),
+                          "--no-progress"], check=True, cwd=REPO)
+    subprocess.run(run + ["build", "--params", str(own), "--source",
+                          str(folder / "audio" / "manifest.csv"), "--out-dir",
+                          str(folder / "data"), "--report", str(folder / "build.json"),
+                          "--no-progress"], check=True, cwd=REPO, env=env)
+    subprocess.run(run + ["train", "--params", str(own), "--train", str(folder / "data/train.h5"),
+                          "--val", str(folder / "data/val.h5"), "--unvalidated",
+                          "--model", str(model), "--metrics", str(folder / "train.json"),
+                          "--plots", str(folder / "history.csv"), "--checkpoints",
+                          str(folder / "checkpoints"), "--no-progress"],
+                   check=True, cwd=REPO, env=env)
+    return model
 
 
 def run_variant(name: str, source: Path, params: Path, folds: int, out: Path) -> dict[str, Any]:
@@ -118,8 +172,14 @@ def run_variant(name: str, source: Path, params: Path, folds: int, out: Path) ->
             "paired": summary.get("paired"), "sites": summary["sites"],
             "recordings": summary["recordings"], "clips": summary["clips"],
             "cnn_monitor": monitor, "cnn_val_per_epoch": histories,
-            "cnn_best_epochs": [1 + int(max(range(len(h)), key=lambda i: h[i] or -1))
-                                for h in histories if h]}
+            "cnn_best_epochs": [best_epoch(h, monitor) for h in histories if h]}
+
+
+def best_epoch(history: list[float | None], monitor: str) -> int:
+    """1-based epoch early stopping kept: the lowest loss, else the highest score."""
+    sign = -1.0 if monitor.endswith("loss") else 1.0
+    return 1 + max(range(len(history)),
+                   key=lambda i: -math.inf if history[i] is None else sign * history[i])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -131,6 +191,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--source", type=Path, default=None,
                         help="recordings to use instead of the rendered scenario")
     parser.add_argument("--seed", type=int, default=None, help="scenario seed")
+    parser.add_argument("--pretrain-sites", type=int, default=None,
+                        help="pretrain variants: sites of the synthetic network pretrained on")
+    parser.add_argument("--pretrain-seed", type=int, default=777,
+                        help="scenario seed of the pretraining network")
     parser.add_argument("--work", type=Path, default=None, help="scratch folder (kept)")
     parser.add_argument("--out", type=Path, default=RESULTS / "cv_recipe.json")
     args = parser.parse_args(argv)
@@ -142,11 +206,16 @@ def main(argv: list[str] | None = None) -> int:
     report.update({"source": "small_network scenario" if args.source is None
                    else str(args.source), "folds": args.folds,
                    "machine": f"{os.cpu_count()} CPU cores"})
+    pretrained = (pretrain(work / "pretrain", args.params, args.pretrain_sites,
+                           args.pretrain_seed) if args.pretrain_sites else None)
+    if pretrained is not None:
+        report["pretrain"] = {"sites": args.pretrain_sites, "seed": args.pretrain_seed,
+                              "train": json.loads((work / "pretrain/train.json").read_text())}
     for name in args.variants.split(","):
         why, overrides = VARIANTS[name]
         folder = work / name
         folder.mkdir(exist_ok=True)
-        params = variant_params(args.params, overrides, folder)
+        params = variant_params(args.params, overrides, folder, pretrained)
         result = run_variant(name, source, params, args.folds, folder / "out")
         report["variants"][name] = {"why": why, "overrides": overrides, **result}
         args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from leakpipe.model import KERNEL, PADDING, POOL, LeakCNN, segment_level
+from leakpipe.model import KERNEL, PADDING, POOL, LeakCNN, segment_level, tonal_median
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +42,7 @@ class MelConvNet(nn.Module):
         self.conv1, self.conv2, self.conv3 = (_middle_column(c) for c in convs)
         self.pool = POOL[0]
         self.pool_h = _pool_height(model)
+        self.tonal_median = model.tonal_median
         self.fc, self.head, self.leak_head = model.fc, model.head, model.leak_head
         # a copy: its batch-norm statistics are those of now, and eval() must not switch the
         # training model's module (training continues after each validation)
@@ -59,6 +60,7 @@ class MelConvNet(nn.Module):
             level = segment_level(x)                                # (B, 1, 1, 1)
             extra = self.level(x, level)                            # (B, 1 + LEVEL_BANDS)
             x = x - level
+        x = tonal_median(x, self.tonal_median)
         h = F.relu_(self.conv1(x[..., 0]))                          # (B, c1, M)
         h = F.relu_(max_pool(self.conv2(h), self.pool))             # (B, c2, M / 2)
         h = F.relu_(max_pool(self.conv3(h), self.pool))             # (B, c3, M / 4)

@@ -9,6 +9,13 @@ log-mel, i.e. spectral shape only, and the segment's level and coarse band level
 hidden layer's input: the level is a cue of its own instead of being entangled with the shape
 in every conv feature. Without it the network is the original, bit for bit.
 
+With ``model.tonal_median`` = k (odd, 0 = off) the convolutions see each segment's log-mel
+spectrum after a running median over k adjacent mel bands (``tonal_median``): a narrow spectral
+line (a pump's or a machine's tone, mains hum and its harmonics) is narrower than k bands and
+vanishes, while a broadband spectrum (turbulent leak noise, flow) keeps its envelope. Tones
+are what makes one site's background recognisable, so a network that cannot see them has less
+to memorise a site by; the level features still see the raw spectrum.
+
 ``SegmentScorer`` is its serving form (the model logged to MLflow): one output tensor of class
 probabilities plus the segment leak probability, so a pyfunc ``predict`` returns one array.
 """
@@ -41,6 +48,16 @@ def _conv(c_in: int, c_out: int) -> nn.Sequential:
 def segment_level(x: torch.Tensor) -> torch.Tensor:
     """(B, 1, M, T) log-mel dB -> (B, 1, 1, 1) float32: each segment's mean over bands, frames."""
     return x.float().mean(dim=(1, 2, 3), keepdim=True)
+
+
+def tonal_median(x: torch.Tensor, k: int) -> torch.Tensor:
+    """(B, 1, M, T) -> the same shape: running median over ``k`` (odd) adjacent mel bands, the
+    edges replicated; k <= 1 returns ``x``."""
+    if k <= 1:
+        return x
+    half = k // 2
+    padded = F.pad(x.transpose(2, 3), (half, half, 0, 0), mode="replicate")  # (B, 1, T, M+k-1)
+    return padded.unfold(-1, k, 1).median(dim=-1).values.transpose(2, 3)
 
 
 class LevelFeatures(nn.Module):
@@ -80,13 +97,15 @@ class LeakCNN(nn.Module):
     """Segment classifier with an auxiliary leak head; forward -> (logits, leak_logit).
 
     ``level_input``: see ``LevelFeatures``; False adds no module, parameter or operation.
+    ``tonal_median``: see ``tonal_median``; 0 adds no operation.
     """
 
     def __init__(self, n_classes: int, widths: tuple[int, int, int] = (32, 64, 128),
                  dropout: float = 0.3, pool_h: int = 16, hidden: int = 256,
-                 level_input: bool = False) -> None:
+                 level_input: bool = False, tonal_median: int = 0) -> None:
         super().__init__()
         c1, c2, c3 = widths
+        self.tonal_median = tonal_median
         self.features = nn.Sequential(
             _conv(1, c1), _conv(c1, c2), nn.MaxPool2d(POOL),
             _conv(c2, c3), nn.MaxPool2d(POOL),
@@ -105,6 +124,7 @@ class LeakCNN(nn.Module):
             level = segment_level(x)                  # (B, 1, 1, 1)
             extra = self.level(x, level)              # (B, 1 + LEVEL_BANDS)
             x = x - level                             # the convs see spectral shape only
+        x = tonal_median(x, self.tonal_median)        # narrow lines removed (0: identity)
         h = self.features(x)                      # (B, c3, pool_h, 1)
         h = self.dropout(torch.flatten(h, 1))     # (B, c3 * pool_h)
         if extra is not None:
@@ -138,7 +158,8 @@ def _kaiming_init(module: nn.Module) -> None:
 def create_model(cfg: ModelConfig, n_classes: int) -> LeakCNN:
     """Build the network described by the `model` params section."""
     model = LeakCNN(n_classes, widths=tuple(cfg.widths), dropout=cfg.dropout,
-                    pool_h=cfg.pool_h, hidden=cfg.hidden, level_input=cfg.level_input)
+                    pool_h=cfg.pool_h, hidden=cfg.hidden, level_input=cfg.level_input,
+                    tonal_median=cfg.tonal_median)
     log.debug("LeakCNN: %d classes, %d parameters", n_classes, count_parameters(model))
     return model
 

@@ -23,7 +23,7 @@ from tests.conftest import PARAMS
 from tests.helpers_h5 import write_splits
 
 TINY_MODEL = {"widths": [4, 8, 8], "dropout": 0.1, "pool_h": 2, "hidden": 16,
-              "level_input": False}
+              "level_input": False, "tonal_median": 0}
 TRAIN = {"batch_size": 256, "learning_rate": 0.003, "warmup_epochs": 0.0,
          "eta_min": 1.0e-5, "keep_last_checkpoints": 1}
 TUNE = {"n_trials": 3, "epochs": 1, "train_fraction": 1.0, "workers": 1,

@@ -145,7 +145,8 @@ def test_the_inference_form_matches_and_leaves_the_training_model_alone(n_mels: 
 
 
 def test_model_level_input_is_a_boolean_params_key() -> None:
-    raw = {"widths": [4, 4, 4], "dropout": 0.0, "pool_h": 2, "hidden": 8, "level_input": "yes"}
+    raw = {"widths": [4, 4, 4], "dropout": 0.0, "pool_h": 2, "hidden": 8, "level_input": "yes",
+           "tonal_median": 0}
     with pytest.raises(ConfigError, match=r"model\.level_input: expected true or false"):
         from_mapping(ModelConfig, raw, "model", "params.yaml")
     del raw["level_input"]
@@ -265,7 +266,8 @@ def test_tuning_searches_level_input_and_old_studies_keep_their_names(tmp_path: 
     data = tmp_path / "train.h5"
     data.write_bytes(b"abc")
     # the name as it was computed before the keys existed
-    old_model = {k: v for k, v in dataclasses.asdict(model).items() if k != "level_input"}
+    old_model = {k: v for k, v in dataclasses.asdict(model).items()
+                 if k not in ("level_input", "tonal_median")}
     old_train = {k: v for k, v in dataclasses.asdict(train).items()
                  if k not in TRIAL_OVERRIDES and k != "label_smoothing"}
     identity = {"model": old_model, "train": old_train,

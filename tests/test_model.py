@@ -51,6 +51,7 @@ def test_dropout_follows_the_config() -> None:
 
 @pytest.mark.parametrize("widths", [[32, 64], [32, 0, 128], [1, 2, 3, 4]])
 def test_widths_must_be_three_positive_counts(widths: list[int]) -> None:
-    raw = {"widths": widths, "dropout": 0.1, "pool_h": 4, "hidden": 8, "level_input": False}
+    raw = {"widths": widths, "dropout": 0.1, "pool_h": 4, "hidden": 8, "level_input": False,
+           "tonal_median": 0}
     with pytest.raises(ConfigError, match="model.widths: must be 3 positive"):
         from_mapping(ModelConfig, raw, "model", "params.yaml")

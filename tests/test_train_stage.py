@@ -45,7 +45,7 @@ SPLITS = ("train", "val")
 BAND_BOOST_DB = 12.0        # how much a class raises its own mel bands (easy to learn)
 NOISE_DB = 5.0
 TINY_MODEL = {"widths": [8, 8, 16], "dropout": 0.1, "pool_h": 4, "hidden": 16,
-              "level_input": False}
+              "level_input": False, "tonal_median": 0}
 # A threshold grid without 0.5: a saved 0.5 can never pass for the chosen threshold.
 TRAIN = {"epochs": 3, "batch_size": 32, "learning_rate": 0.01, "eta_min": 1e-4,
          "warmup_epochs": 0.5, "early_stop_patience": 5, "keep_last_checkpoints": 2}

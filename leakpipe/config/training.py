@@ -21,7 +21,7 @@ MODEL_WIDTHS = 3  # LeakCNN has exactly three conv layers
 # Keys added after model files, checkpoints and studies were written: the value that one
 # without the key means (the behaviour from before the key existed).
 ADDED_DEFAULTS: dict[str, dict[str, Any]] = {
-    "model": {"level_input": False},
+    "model": {"level_input": False, "tonal_median": 0},
     "train": {"label_smoothing": 0.0},
 }
 
@@ -48,6 +48,10 @@ class ModelConfig:
     sensors of one model at one gain), with ``clip_level`` / ``clip_band`` the segment's level
     relative to its own clip (the clip's loudness removed). False: the original network, bit
     for bit; model files without the key mean false.
+
+    ``tonal_median`` (leakpipe.model.tonal_median): 0 = off, else an odd number of mel bands;
+    the convolutions see the spectrum after a running median over that many bands (narrow
+    tonal lines removed, broadband envelopes kept). Model files without the key mean 0.
     """
 
     widths: tuple[int, ...]
@@ -55,10 +59,13 @@ class ModelConfig:
     pool_h: int = num(ge=1)
     hidden: int = num(ge=1)
     level_input: bool = False
+    tonal_median: int = num(0, ge=0)
 
     def problems(self) -> list[tuple[str, str]]:
         if len(self.widths) != MODEL_WIDTHS or min(self.widths, default=0) < 1:
             return [("widths", f"must be {MODEL_WIDTHS} positive channel counts")]
+        if self.tonal_median and self.tonal_median % 2 == 0:
+            return [("tonal_median", f"must be 0 (off) or odd, got {self.tonal_median}")]
         return []
 
 
