@@ -40,7 +40,7 @@ from leakpipe.data.manifest import Recording, discover
 from leakpipe.data.splits import assign_splits
 from leakpipe.data.writer import SplitWriter
 from leakpipe.errors import DataError
-from leakpipe.files import file_sha256, write_json_atomic
+from leakpipe.files import file_sha256, os_problem, write_json_atomic
 
 log = logging.getLogger(__name__)
 
@@ -137,7 +137,7 @@ def process_recording(job: _Job, index: int, path: Path) -> RecordingResult:
     except AudioError as exc:
         return RecordingResult(index, error=str(exc))
     except OSError as exc:
-        return RecordingResult(index, error=f"{path}: {exc.strerror or exc}")
+        return RecordingResult(index, error=f"{path}: {os_problem(path, exc)}")
     mel = clip_features(clips, job.features)
     return RecordingResult(index, mel=mel, waveform=clips if job.store_waveform else None,
                            issues=issues)

@@ -1,4 +1,5 @@
-"""Atomic file writes (every output is whole, old or new, never partial) and content hashes.
+"""Atomic file writes (every output is whole, old or new, never partial), content hashes, and
+what a listed path is when it is not a file to read.
 
 A stage killed in the middle of a write must not leave a truncated metrics file that DVC then
 caches, nor a checkpoint that cannot be read. Every writer here writes to a hidden temporary
@@ -9,13 +10,15 @@ system) and makes the rename durable. The temporary file is removed when anythin
 from __future__ import annotations
 
 import csv
+import errno
 import hashlib
 import io
 import json
 import os
+import stat
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -125,3 +128,43 @@ def file_sha256(path: Path) -> str:
         while chunk := handle.read(HASH_BLOCK):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+# -- listed paths that are not files to read ---------------------------------------------------
+# A folder or a manifest lists names; behind a name can be a folder, a symlink that loops or
+# points nowhere, a pipe. `build`, `predict` and `index` take the reason from here, so that a
+# listed entry is never dropped without a word, nor called missing when it is something else.
+
+_ERRNO_REASONS = {errno.ENOENT: "no such file", errno.ELOOP: "symlink loop",
+                  errno.EISDIR: "is a directory"}
+_KINDS = ((stat.S_ISDIR, "is a directory"), (stat.S_ISFIFO, "not a regular file (a pipe)"),
+          (stat.S_ISSOCK, "not a regular file (a socket)"),
+          (stat.S_ISCHR, "not a regular file (a character device)"),
+          (stat.S_ISBLK, "not a regular file (a block device)"))
+
+
+def file_problem(path: Path) -> str:
+    """Why ``path`` is not a regular file (after symlinks), or "" when it is one."""
+    try:
+        mode = Path(path).stat().st_mode
+    except OSError as exc:
+        return os_problem(path, exc)
+    if stat.S_ISREG(mode):
+        return ""
+    return next((reason for test, reason in _KINDS if test(mode)), "not a regular file")
+
+
+def os_problem(path: Path, exc: OSError) -> str:
+    """An ``OSError`` met on ``path`` as a short reason without the path (``symlink loop``
+    rather than ``Too many levels of symbolic links``, a dangling symlink named as one)."""
+    if exc.errno == errno.ENOENT and Path(path).is_symlink():
+        return f"broken symlink (points to {os.readlink(path)})"
+    reason = _ERRNO_REASONS.get(exc.errno or 0) or exc.strerror or str(exc)
+    return reason[:1].lower() + reason[1:]
+
+
+def listed_entries(folder: Path, suffixes: Collection[str]) -> list[Path]:
+    """Every entry below ``folder`` whose name ends in one of ``suffixes`` (lower case; names
+    match in any case), sorted, whatever it is: a folder or a broken symlink so named is listed
+    as well, for its reader to report (``file_problem``). Symlinked folders are not entered."""
+    return sorted(p for p in Path(folder).rglob("*") if p.suffix.lower() in suffixes)

@@ -22,7 +22,7 @@ from tqdm import tqdm
 
 from leakpipe.config import load_section
 from leakpipe.data.manifest import Recording, discover, manifest_of
-from leakpipe.files import write_json_atomic
+from leakpipe.files import file_problem, os_problem, write_json_atomic
 
 log = logging.getLogger(__name__)
 
@@ -37,13 +37,17 @@ def file_digest(path: Path) -> str:
 
 
 def entry(rec: Recording) -> dict[str, Any]:
-    """One recording's line of the index; a file that cannot be read is listed with why."""
-    try:
-        return {"path": rec.recording_id, "bytes": rec.path.stat().st_size,
-                HASH: file_digest(rec.path)}
-    except OSError as exc:  # build lists it as unusable; the index only records the state
-        return {"path": rec.recording_id, "bytes": None, HASH: None,
-                "error": exc.strerror or str(exc)}
+    """One recording's line of the index; a file that cannot be read is listed with why, in
+    the words of build's report (``leakpipe.files.file_problem``)."""
+    problem = file_problem(rec.path)
+    if not problem:
+        try:
+            return {"path": rec.recording_id, "bytes": rec.path.stat().st_size,
+                    HASH: file_digest(rec.path)}
+        except OSError as exc:
+            problem = os_problem(rec.path, exc)
+    # build lists it as unusable; the index only records the state
+    return {"path": rec.recording_id, "bytes": None, HASH: None, "error": problem}
 
 
 def index_recordings(source: Path, workers: int = 1, progress: bool = False) -> dict[str, Any]:

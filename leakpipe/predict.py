@@ -50,7 +50,7 @@ from leakpipe.constants import AUDIO_SUFFIXES, DECISION_NAMES
 from leakpipe.detector import Detector, load_detector
 from leakpipe.errors import DataError
 from leakpipe.features.mel import clip_features
-from leakpipe.files import csv_text, write_text_atomic
+from leakpipe.files import csv_text, listed_entries, os_problem, write_text_atomic
 from leakpipe.predict_rows import (  # the rows, here too for the callers of predict
     COLUMNS,
     STATUS_ERROR,
@@ -106,12 +106,15 @@ def resolve_model(spec: str) -> Path:
 
 
 def find_recordings(paths: Iterable[Path]) -> list[Path]:
-    """Files as given; folders searched recursively for audio files; order kept, no repeats."""
+    """Files as given; folders searched recursively for audio files; order kept, no repeats.
+
+    In a folder every entry with an audio suffix counts, a folder or a symlink loop so named
+    too: it gets an error row with its reason rather than no row (as build lists it).
+    """
     found: list[Path] = []
     for path in map(Path, paths):
         if path.is_dir():
-            found += sorted(p for p in path.rglob("*")
-                            if p.is_file() and p.suffix.lower() in AUDIO_SUFFIXES)
+            found += listed_entries(path, AUDIO_SUFFIXES)
         else:
             found.append(path)
     return list(dict.fromkeys(found))
@@ -161,7 +164,7 @@ def _prepare_all(recordings: Iterable[Path | AudioSource], detector: Detector,
         except AudioError as exc:
             yield Failed(path, str(exc))
         except OSError as exc:
-            yield Failed(path, f"{path}: {exc.strerror or exc}")
+            yield Failed(path, f"{path}: {os_problem(path, exc)}")
 
 
 def score_segments(detector: Detector, model: nn.Module, mel: np.ndarray, runtime: Runtime,

@@ -234,12 +234,22 @@ def inf_wav(path: Path) -> Path:
     return write_wav(path, data, subtype="DOUBLE")
 
 
+def rate_zero_wav(path: Path) -> Path:
+    """A mono PCM_16 WAV whose `fmt ` chunk says 0 Hz (libsndfile refuses it; RIFF would not)."""
+    data = bytearray(write_wav(path, signal(100, 1)).read_bytes())
+    assert data[12:16] == b"fmt " and int.from_bytes(data[24:28], "little") == SR
+    data[24:28] = bytes(4)
+    path.write_bytes(bytes(data))
+    return path
+
+
 @pytest.mark.parametrize("make, reason", [
     (empty_file, "empty"),
     (header_only_wav, "empty"),
     (text_file, "not a readable audio format"),
     (nan_wav, "non-finite"),
     (inf_wav, "non-finite"),
+    (rate_zero_wav, "sample rate 0 Hz"),
 ])
 def test_unusable_file_raises_one_line_naming_it(tmp_path: Path, make: Callable[[Path], Path],
                                                  reason: str) -> None:

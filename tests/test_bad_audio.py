@@ -29,10 +29,12 @@ import pytest
 import soundfile as sf
 import yaml
 
+from leakpipe.build import BuildFailed, build
 from leakpipe.cli import main
 from leakpipe.config import BuildConfig
 from leakpipe.constants import EXIT_DATA, SPLITS
 from leakpipe.data import open_split
+from leakpipe.index import index_recordings
 from tests.test_build import make_recordings
 
 SR = 4000  # Hz, the generated recordings' own rate (the build resamples to 4096 Hz)
@@ -148,12 +150,19 @@ CASES: tuple[Case, ...] = (
     Case("DC offset", "BACKGROUND/dc.wav",
          writer("PCM_16", lambda: noise(GOOD_SECONDS, level=0.05, seed=13) + 0.3),
          FLAGGED, "channel 0 has a DC offset", ("dc_offset",), clips=1),
+    RATE_ZERO := Case("sample rate 0 in the header", "LEAK/rate_zero.wav",
+                      raw(lambda: riff_pcm16(noise(GOOD_SECONDS, seed=15), sr=0)),
+                      REJECTED, "invalid header: sample rate 0 Hz"),
 )
 # "a source folder with no LEAK class": the whole build stops (exit 3), whatever on_error says;
 # see test_source_without_leak_class.
 
 REJECTED_CASES = [c for c in CASES if c.outcome == REJECTED]
 KEPT_CASES = [c for c in CASES if c.outcome != REJECTED]
+# each `fail` run of the command costs seconds (a fresh MLflow store); the newer cases go
+# through `build` itself with `fail` instead (test_fail_on_a_rate_of_zero), as the command's
+# handling of a failed build is the same for every case
+CLI_FAIL_CASES = [c for c in REJECTED_CASES if c is not RATE_ZERO]
 
 
 def shown(path: Path) -> str:
@@ -336,7 +345,7 @@ def copy_of(root: Path, tmp: Path) -> Path:
     return target
 
 
-@pytest.mark.parametrize("case", REJECTED_CASES, ids=ids(REJECTED_CASES))
+@pytest.mark.parametrize("case", CLI_FAIL_CASES, ids=ids(CLI_FAIL_CASES))
 def test_rejected_file_fails_the_build(tmp_path: Path, good_root: Path, mlflow_store: str,
                                        tiny_build_cfg: BuildConfig, case: Case) -> None:
     root = copy_of(good_root, tmp_path)
@@ -390,3 +399,49 @@ def test_truncated_in_reject_leaves_a_truncated_file_out(tmp_path: Path, good_ro
     assert [u["path"] for u in report["unusable"]] == [str(path)]
     assert "truncated: header claims" in report["unusable"][0]["reason"]
     assert report["flagged"] == []
+
+
+# -- listed entries that are not files: each with its reason, the same in build and index -------
+
+
+ODD_ENTRIES: dict[str, tuple[Callable[[Path], None], str]] = {
+    "LEAK/folder.wav": (lambda path: path.mkdir(), "is a directory"),
+    "NORMAL/loop.wav": (lambda path: path.symlink_to(path.name), "symlink loop"),
+    "BACKGROUND/dangling.wav": (lambda path: path.symlink_to("gone.wav"),
+                                "broken symlink (points to gone.wav)"),
+}
+
+
+@pytest.mark.parametrize("listing", ["folder", "manifest"])
+def test_entries_that_are_not_files_are_listed_with_their_reason(
+        tmp_path: Path, good_root: Path, tiny_build_cfg: BuildConfig, listing: str) -> None:
+    root = copy_of(good_root, tmp_path)
+    expected = {}
+    for rel, (make, says) in ODD_ENTRIES.items():
+        make(root / rel)
+        expected[rel] = says
+    if listing == "manifest":
+        expected["LEAK/gone.wav"] = "no such file"
+        rels = [p.relative_to(good_root).as_posix() for p in sorted(good_root.rglob("*.wav"))]
+        lines = [f"{rel},{rel.split('/')[0]},{Path(rel).stem}" for rel in [*rels, *expected]]
+        (root / "manifest.csv").write_text("path,class,group\n" + "\n".join(lines) + "\n")
+    cfg = dataclasses.replace(tiny_build_cfg, on_error="skip", workers=1)
+    report = build(cfg, root, tmp_path / "processed", progress=False)
+    reasons = {Path(u["path"]).relative_to(root).as_posix(): u["reason"] for u in report.unusable}
+    assert reasons == {rel: f"{root / rel}: {says}" for rel, says in expected.items()}
+    assert sum(sum(counts.values()) for counts in report.recordings.values()) == 9
+    index = index_recordings(root)
+    assert {e["path"]: e["error"] for e in index["recordings"] if e.get("error")} == expected
+
+
+def test_fail_on_a_rate_of_zero(tmp_path: Path, good_root: Path,
+                                tiny_build_cfg: BuildConfig) -> None:
+    root = copy_of(good_root, tmp_path)
+    path = write_case(root, RATE_ZERO)
+    cfg = dataclasses.replace(tiny_build_cfg, on_error="fail", workers=1)
+    with pytest.raises(BuildFailed) as info:
+        build(cfg, root, tmp_path / "processed", progress=False)
+    message = str(info.value)
+    assert f"first: {path}: {RATE_ZERO.says}" in message and "\n" not in message
+    assert [u["path"] for u in info.value.report.unusable] == [str(path)]
+    assert no_partial_output(tmp_path / "processed") == []

@@ -266,3 +266,24 @@ def test_a_recording_shorter_than_the_detectors_minimum_is_refused(tmp_path: Pat
     lenient = save_small_detector(tmp_path / "lenient.pt", model, "none", LIMITS, 0.1)
     assert _predict(tmp_path / "short.wav", "--model", lenient, "--out", out) == 0
     assert _rows(out)["short.wav"]["status"] == "ok"
+
+
+def test_unusable_entries_get_error_rows_and_the_rest_an_answer(tmp_path: Path,
+                                                                detector_path: Path) -> None:
+    root = tmp_path / "recordings"
+    root.mkdir()
+    sf.write(root / "good.wav", np.zeros(RATE, np.float32), RATE, subtype="PCM_16")
+    header = bytearray((root / "good.wav").read_bytes())
+    assert header[12:16] == b"fmt " and int.from_bytes(header[24:28], "little") == RATE
+    header[24:28] = bytes(4)                                   # the `fmt ` chunk's sample rate
+    (root / "rate_zero.wav").write_bytes(bytes(header))
+    (root / "folder.wav").mkdir()
+    (root / "loop.wav").symlink_to("loop.wav")
+    out = tmp_path / "out.csv"
+    assert _predict(root, "--model", detector_path, "--out", out) == 0
+    rows = _rows(out)
+    assert rows["good.wav"]["status"] == "ok"
+    notes = {name: row["notes"] for name, row in rows.items() if row["status"] == "error"}
+    assert notes == {"rate_zero.wav": f"{root / 'rate_zero.wav'}: invalid header: sample rate 0 Hz",
+                     "folder.wav": f"{root / 'folder.wav'}: is a directory",
+                     "loop.wav": f"{root / 'loop.wav'}: symlink loop"}

@@ -38,6 +38,7 @@ from leakpipe.audio.quality import BLOCK_FRAMES  # the checks' block: the same s
 from leakpipe.audio.resampling import resample
 from leakpipe.audio.riff import UnsupportedWav, WavLayout, decode_wav, wav_layout, wav_subtype
 from leakpipe.config import FeatureConfig
+from leakpipe.files import file_problem
 
 log = logging.getLogger(__name__)
 
@@ -129,12 +130,15 @@ def read_frames(path: Path) -> Audio:
 def open_audio(path: Path) -> AudioSource:
     """Check a recording's name and size and read its header; raises ``AudioError``.
 
-    libsndfile reads the header; a WAV it refuses is taken from its RIFF chunks instead.
+    libsndfile reads the header; a WAV it refuses is taken from its RIFF chunks instead. A
+    sample rate that is not positive is refused here, where every reader passes, rather than
+    deep in resampling. A path that is not a regular file gets its real reason (a folder, a
+    symlink loop, ...: ``leakpipe.files.file_problem``), as in `index`.
     """
     path = Path(path)
     _check_name(path)
-    if not path.is_file():
-        raise AudioError(f"{path}: no such file")
+    if problem := file_problem(path):
+        raise AudioError(f"{path}: {problem}")
     if path.stat().st_size == 0:
         raise AudioError(f"{path}: empty (0 bytes)")
     layout = wav_layout(path)
@@ -148,6 +152,8 @@ def open_audio(path: Path) -> AudioSource:
             raise AudioError(_unreadable(path, exc)) from None
         source = AudioSource(path, layout.sample_rate, layout.channels, layout.present_frames,
                              wav_subtype(layout), claimed, layout, refused=_sf_reason(exc))
+    if source.sample_rate <= 0:  # libsndfile refuses 0 Hz, but the RIFF chunks hold it as is
+        raise AudioError(f"{path}: invalid header: sample rate {source.sample_rate} Hz")
     if source.frames == 0:
         raise AudioError(f"{path}: empty (no audio frames)")
     return source

@@ -24,6 +24,7 @@ from pathlib import Path, PurePosixPath
 
 from leakpipe.constants import AUDIO_SUFFIXES, MANIFEST_COLUMNS, MANIFEST_NAME
 from leakpipe.errors import DataError
+from leakpipe.files import listed_entries
 
 
 @dataclass(frozen=True)
@@ -110,13 +111,15 @@ def read_manifest(path: Path) -> list[Recording]:
 
 
 def scan_class_folders(root: Path, group_by: str = "stem") -> list[Recording]:
+    """Every entry with an audio suffix below a class folder: one that is not a file (a
+    folder, a symlink loop) is listed too, so that build reports it as unusable with its
+    reason rather than leaving it out without a word."""
     recordings = []
     for folder in sorted(p for p in root.iterdir() if p.is_dir()):
-        for file in sorted(folder.rglob("*")):
-            if file.is_file() and file.suffix.lower() in AUDIO_SUFFIXES:
-                rel = file.relative_to(root).as_posix()
-                group = folder_group(rel, group_by)
-                recordings.append(Recording(file, rel, folder.name, group))
+        for file in listed_entries(folder, AUDIO_SUFFIXES):
+            rel = file.relative_to(root).as_posix()
+            group = folder_group(rel, group_by)
+            recordings.append(Recording(file, rel, folder.name, group))
     if not recordings:
         raise DataError(f"{root}: no {MANIFEST_NAME} and no <CLASS>/*.wav recordings found")
     return recordings
