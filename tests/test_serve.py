@@ -8,12 +8,16 @@ at different sample rates go to both and to `leakpipe predict`.
 
 from __future__ import annotations
 
+import ast
+import json
 import os
 import signal
 import subprocess
 import sys
+import sysconfig
 from collections.abc import Iterator
 from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
 
 import mlflow
@@ -23,6 +27,8 @@ import psutil
 import pytest
 import soundfile as sf
 import torch
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from leakpipe import tracking
 from leakpipe.cli import main
@@ -35,6 +41,7 @@ from leakpipe.serve.model import OUTPUT_COLUMNS, input_example, log_served_detec
 from leakpipe.serve.server import default_model, serve_command
 from leakpipe.tracking import start_run
 from tests.helpers_detector import SMALL_MODEL, copied_store, save_small_detector
+from tests.test_dvc_deps import module_file
 from tests.test_ui import HOST, STOP_S, _free_port, _listening_addresses, _stop, _wait_for
 
 # (name, seconds, sample rate, subtype): two rates, neither the model's (4096 Hz), and a
@@ -152,6 +159,106 @@ def test_unusable_recordings_get_error_rows_and_the_rest_an_answer(served: Serve
     assert answers[0]["band_hz"] is None and answers[0]["band_limited"] is None
     assert (answers[3]["band_hz"], answers[3]["band_limited"]) == (4000.0, False)   # 8 kHz
     assert answers[3]["leak_prob"] == answers[4]["leak_prob"]
+
+
+# Loads the model in a fresh interpreter, scores one recording and prints the names and files
+# of the modules that this imported (the interpreter's own start-up left out).
+_LOAD_AND_LIST = """
+import json, sys
+before = set(sys.modules)
+import mlflow.pyfunc
+import pandas as pd
+model = mlflow.pyfunc.load_model(sys.argv[1])
+model.predict(pd.DataFrame({"waveform": [[0.1, -0.1] * 4096], "sample_rate": [8192]}))
+new = sorted(set(sys.modules) - before)
+files = {getattr(sys.modules[name], "__file__", None) for name in new}
+print(json.dumps({"modules": new, "files": sorted(f for f in files if f)}))
+"""
+SITE_PACKAGES = {Path(sysconfig.get_paths()[key]).resolve() for key in ("purelib", "platlib")}
+# Installed here, so imported, but optional to the library that imports them (inside
+# ``try: ... except ImportError``): a virtualenv without them loads the model all the same.
+OPTIONAL_IMPORTS = {
+    "orjson": "fastapi.responses",
+    "pygments": "mako.exceptions",
+    "pydot": "torch.fx.passes.graph_drawer",
+    "nvidia-ml-py": "torch.cuda and leakpipe.monitor.system (pynvml)",
+}
+
+
+def _installed_top_level(file: str) -> str | None:
+    """The top-level import name an installed module file belongs to (``numpy/core/x.py`` ->
+    ``numpy``, ``six.py`` -> ``six``); None outside site-packages (the standard library,
+    leakpipe, the model's own code)."""
+    path = Path(file).resolve()
+    for site in SITE_PACKAGES:
+        if path.is_relative_to(site):
+            return path.relative_to(site).parts[0].split(".")[0]
+    return None
+
+
+def _with_dependencies(names: set[str]) -> set[str]:
+    """``names`` and every distribution they require, transitively (extras left out), as
+    canonical names: what installing the pinned requirements installs."""
+    todo, seen = list(names), set()
+    while todo:
+        name = canonicalize_name(todo.pop())
+        if name in seen:
+            continue
+        seen.add(name)
+        try:
+            needs = metadata.requires(name) or []
+        except metadata.PackageNotFoundError:   # not installed here, so not imported here
+            continue
+        for line in needs:
+            need = Requirement(line)
+            if need.marker is None or need.marker.evaluate({"extra": ""}):
+                todo.append(need.name)
+    return seen
+
+
+def _unconditional_imports(module: str) -> set[str]:
+    """Top-level names that a leakpipe module imports whenever it is imported: the import
+    statements of its body (not those in functions or under ``if`` / ``try``, which may be
+    optional; those that ran are among the imported modules all the same)."""
+    path = module_file(module)
+    if path is None:
+        return set()
+    names: set[str] = set()
+    for node in ast.parse(path.read_text(), filename=str(path)).body:
+        if isinstance(node, ast.Import):
+            names.update(alias.name.partition(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            names.add(node.module.partition(".")[0])
+    return names
+
+
+def test_logged_requirements_cover_what_loading_the_model_imports(served: Served) -> None:
+    """``--env-manager virtualenv`` installs only the logged requirements: every installed
+    distribution that loading and calling the model imports must come with them, and those
+    that leakpipe's own modules import must be pinned themselves."""
+    env = {**os.environ, "MLFLOW_TRACKING_URI": served.store}
+    done = subprocess.run([sys.executable, "-c", _LOAD_AND_LIST, served.uri], env=env,
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    loaded = json.loads(done.stdout.splitlines()[-1])
+    third_party = {top for file in loaded["files"]
+                   if (top := _installed_top_level(file)) is not None}
+    owners = metadata.packages_distributions()
+    assert {top for top in third_party if top not in owners} == set()
+
+    def distributions(top: str) -> set[str]:
+        return {canonicalize_name(name) for name in owners[top]}
+
+    requirements = Path(mlflow.pyfunc.get_model_dependencies(served.uri)).read_text()
+    pinned = {canonicalize_name(Requirement(line).name) for line in map(str.strip,
+              requirements.splitlines()) if line and not line.startswith(("#", "-"))}
+    installed = _with_dependencies(pinned) | set(OPTIONAL_IMPORTS)
+    assert {top: sorted(distributions(top)) for top in third_party
+            if not distributions(top) & installed} == {}
+    ours = {top for module in loaded["modules"] if module.startswith("leakpipe.")
+            for top in _unconditional_imports(module)} & third_party
+    assert {top: sorted(distributions(top)) for top in ours
+            if not distributions(top) & pinned} == {}
 
 
 def test_a_detector_without_scoring_rules_is_refused(tmp_path: Path) -> None:

@@ -32,9 +32,11 @@ from leakpipe.runtime import make_runtime
 ARTIFACT = "detector"          # the detector file's key among the model's artifacts
 MODEL_CODE = Path(__file__).with_name("model_code.py")
 PACKAGE_DIR = Path(leakpipe.__file__).resolve().parent   # shipped with the model
-# Distributions the served model imports, pinned to the versions installed when it is logged.
-REQUIREMENTS = ("torch", "numpy", "scipy", "soundfile", "pandas", "pyyaml", "tqdm", "psutil",
-                "mlflow")
+# Distributions the served model imports, pinned to the versions installed when it is logged
+# (tests/test_serve.py checks them against what loading the model imports: h5py comes in
+# through detector -> data -> reader).
+REQUIREMENTS = ("torch", "numpy", "scipy", "soundfile", "h5py", "pandas", "pyyaml", "tqdm",
+                "psutil", "mlflow")
 EXAMPLE_RATES = (2000, 3000)   # Hz: two rows at two rates, neither the model's
 TIMELINE = ("long_starts_s", "long_probs")
 OUTPUT_COLUMNS = ("id", *(c for c in COLUMNS if c != "path"))
