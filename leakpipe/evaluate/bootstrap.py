@@ -122,9 +122,11 @@ class _Resampled:
         assert order is not None
         item_recording = self.inverse[order.order]                      # (F,) in score order
         step = max(1, RANKING_VALUES // max(1, len(item_recording)))
-        per_item = np.ascontiguousarray(draws.T.astype(self.weight_dtype))   # (R, B)
-        parts = [sorted_ranking(per_item[:, i:i + step][item_recording], order)
-                 for i in range(0, draws.shape[0], step)]
+        parts = []
+        for i in range(0, draws.shape[0], step):
+            per_recording = np.ascontiguousarray(draws[i:i + step].T, dtype=self.weight_dtype)
+            weights = np.take(per_recording, item_recording, axis=0)    # (F, step)
+            parts.append(sorted_ranking(weights, order))
         return (np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]))
 
 

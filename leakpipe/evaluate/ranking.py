@@ -51,7 +51,8 @@ def sorted_ranking(weights: np.ndarray, score_order: ScoreOrder) -> tuple[np.nda
     if score_order.ends is None:                                # every score its own group
         pos, neg = positive, weights - positive
     else:                                                       # one step per tie group
-        total, tp = total[score_order.ends], tp[score_order.ends]
+        # np.take: fancy indexing of a 2-D array is several times slower
+        total, tp = (np.take(a, score_order.ends, axis=0) for a in (total, tp))
         pos = _steps(tp)
         neg = _steps(total) - pos
     fp = total - tp
@@ -59,7 +60,7 @@ def sorted_ranking(weights: np.ndarray, score_order: ScoreOrder) -> tuple[np.nda
     # a group's positives beat the negatives below it (n_neg - fp) and tie half of its own
     pairs = n_pos * n_neg - _column_dot(pos, fp) + 0.5 * _column_dot(pos, neg)
     roc = _divide(pairs, n_pos * n_neg)
-    precision = np.divide(tp, total, out=np.zeros(tp.shape), where=total > 0)
+    precision = _precision(tp, total)
     ap = _divide(_column_dot(pos, precision), n_pos)
     return roc, ap
 
@@ -72,8 +73,16 @@ def weighted_ranking(scores: np.ndarray, truth: np.ndarray,
     in scikit-learn; a row without positives or negatives gives NaN.
     """
     score_order = ScoreOrder.of(scores, truth)
-    w = np.atleast_2d(np.asarray(weights, dtype=np.float64)).T[score_order.order]   # (F, B)
+    w = np.take(np.atleast_2d(np.asarray(weights, dtype=np.float64)).T, score_order.order,
+                axis=0)                                                           # (F, B)
     return sorted_ranking(w, score_order)
+
+
+def _precision(tp: np.ndarray, total: np.ndarray) -> np.ndarray:
+    """tp / total, 0 where nothing is at or above (zero-weight items scored highest)."""
+    if np.issubdtype(total.dtype, np.integer):     # total 0 means tp 0: 0 / 1, no mask needed
+        return tp / np.maximum(total, 1)
+    return np.divide(tp, total, out=np.zeros(tp.shape), where=total > 0)
 
 
 def _steps(cumulative: np.ndarray) -> np.ndarray:
