@@ -8,11 +8,14 @@
 
 Four queued DVC experiments run two at a time (all finish, each logs its runs into the project's
 own store, no "database is locked") are the segmentation-grid study's test:
-tests/test_study_queue.py.
+tests/test_pipeline.py::test_segmentation_grid_runs_queued_experiments_two_at_a_time.
 
 A SIGKILLed tune worker (the study still ends with exactly its trial budget) is covered by
 tests/test_tune_workers.py::test_sigkill_of_a_worker_leaves_the_study_usable_and_complete; the
-single SIGKILL / SIGINT / SIGTERM cases of the train stage by tests/test_train_signals.py.
+SIGINT / SIGTERM cases of the train stage by
+tests/test_train_signals.py::test_signal_checkpoints_mid_epoch_and_the_rerun_ends_the_same.
+SIGKILL of the train stage is tested here only (the seeded kills above; test_train_signals'
+own SIGKILL test was dropped as redundant with them).
 """
 
 from __future__ import annotations
