@@ -4,7 +4,9 @@
 ``mlflow server`` runs its web workers as child processes, so stopping only the process
 started here would leave them serving. The server gets a process group of its own, and a stop
 signal to this process ends that whole group (SIGTERM, then SIGKILL after STOP_TIMEOUT_S); the
-exit code is then 128 + the signal number, as a shell reports it.
+exit code is then 128 + the signal number, as a shell reports it. Should this process be
+killed outright (SIGKILL: no handler runs), the guard that leads the server's group stops it
+instead (``leakpipe.tracking.guard``), so no server outlives its leakpipe.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import sys
 import time
 from collections.abc import Mapping
 
+from leakpipe.tracking.guard import guarded
 from leakpipe.tracking.names import DEFAULT_EXPERIMENT
 from leakpipe.tracking.runs import artifact_root, tracking_uri
 
@@ -70,8 +73,9 @@ def server_command(uri: str, host: str, port: int) -> list[str]:
 def serve(command: list[str], env: Mapping[str, str] | None = None) -> int:
     """Run ``command`` (in environment ``env``, default this one's) in a process group of its own
     until it exits or this process gets a stop signal; then end the whole group. Returns the
-    server's exit code, or 128 + the signal."""
-    server = subprocess.Popen(command, start_new_session=True,
+    server's exit code, or 128 + the signal. The server also ends when this process dies
+    (``guarded``: the group's leader watches this process)."""
+    server = subprocess.Popen(guarded(command, STOP_TIMEOUT_S), start_new_session=True,
                               env=dict(env) if env is not None else None)
     received: list[int] = []
     previous = {sig: signal.signal(sig, lambda signum, _frame: received.append(signum))
