@@ -18,6 +18,7 @@ from leakpipe.index import file_digest, index_recordings
 from tests.conftest import REPO
 
 BIN = Path(sys.executable).parent
+DVC_CONFIG = "[core]\n    analytics = false\n"   # no usage reports from a test's repository
 CLASSES = ("LEAK", "NORMAL", "BACKGROUND")
 
 
@@ -86,6 +87,7 @@ def test_class_folders_and_missing_files(tmp_path: Path) -> None:
 def _run(cmd: list[str], cwd: Path) -> str:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DVC_", "MLFLOW_"))}
     env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
+    env["DVC_NO_ANALYTICS"] = "1"              # no usage reports, `dvc init`'s included
     out = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, check=False)
     assert out.returncode == 0, f"{' '.join(cmd)} failed:\n{out.stdout}\n{out.stderr}"
     return out.stdout + out.stderr
@@ -106,6 +108,7 @@ def test_dvc_rebuilds_when_a_listed_recording_changes(tmp_path: Path) -> None:
     git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
     _run([*git, "init", "-q"], repo)
     _run([str(BIN / "dvc"), "init", "-q"], repo)
+    (repo / ".dvc" / "config").write_text(DVC_CONFIG)     # as the project's own .dvc/config
     repro = [str(BIN / "dvc"), "repro", "build"]
 
     first = _run(repro, repo)

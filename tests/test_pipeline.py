@@ -23,6 +23,7 @@ from tests.test_dvc_deps import STAGES, required_files
 
 pytestmark = pytest.mark.slow
 BIN = Path(sys.executable).parent
+DVC_CONFIG = "[core]\n    analytics = false\n"   # no usage reports from a test's repository
 # The smallest data set that still has every class in every split.
 TINY = {
     "synth": {"n_sites": 5, "recordings_per_class": 1, "duration_s": 4.0},
@@ -39,7 +40,7 @@ TINY = {
 
 def project_env(cwd: Path) -> dict[str, str]:
     """The environment of commands in the project ``cwd``: the venv first on PATH and no DVC /
-    MLflow variables of the outer run.
+    MLflow variables of the outer run, but DVC's analytics off (``dvc init`` reports too).
 
     The project's own copy of the package comes first on the import path: the venv's editable
     install points at the checkout, whose files a test here may not touch.
@@ -47,6 +48,7 @@ def project_env(cwd: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DVC_", "MLFLOW_"))}
     env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
     env["PYTHONPATH"] = str(cwd)
+    env["DVC_NO_ANALYTICS"] = "1"
     return env
 
 
@@ -92,6 +94,7 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     _shrink(root / "params.yaml", TINY)
     _git(root, "init", "-q")
     _run([str(BIN / "dvc"), "init", "-q"], root)
+    (root / ".dvc" / "config").write_text(DVC_CONFIG)     # as the project's own .dvc/config
     _git(root, "add", "-A")
     _git(root, "commit", "-qm", "init")
     return root
