@@ -12,7 +12,7 @@ Where a change goes (docs/architecture.md says the same):
 - constants / errors / paths / logs: names and exceptions everything shares;
 - files, metric_names, config: atomic writes and hashes, metric naming, typed params;
 - runtime (device / precision / memory format, decided once), allocator, tracking (the one
-  MLflow adapter), monitor (training diagnostics);
+  MLflow adapter), monitor (training diagnostics), plots_page (DVC's plots as an offline page);
 - decision (voting, metrics, operating point: pure), audio, features;
 - model (LeakCNN), data (HDF5 format, batch sources);
 - inference (the exact fast form), index, preload, validate, build: what the early stages do;
@@ -44,7 +44,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("__init__", "constants"),
     ("errors", "paths", "logs", "db_urls"),
     ("files", "metric_names", "config"),
-    ("runtime", "allocator", "tracking", "monitor"),
+    ("runtime", "allocator", "tracking", "monitor", "plots_page"),
     ("decision", "audio", "features"),
     ("model", "data"),
     ("inference", "index", "preload", "validate", "build"),
