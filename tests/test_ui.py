@@ -93,6 +93,13 @@ def test_the_runs_page_url_names_the_project_experiment(tmp_path: Path,
         f"http://{HOST}:5000/#/experiments/{experiment.experiment_id}/runs")
 
 
+def test_the_ui_server_runs_no_job_consumers_unless_the_user_asks() -> None:
+    from leakpipe.tracking.server import ui_environment
+    assert ui_environment({})["MLFLOW_SERVER_ENABLE_JOB_EXECUTION"] == "false"
+    mine = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "true", "PATH": "/bin"}
+    assert ui_environment(mine) == mine
+
+
 def test_remote_tracking_starts_nothing(monkeypatch: pytest.MonkeyPatch,
                                         capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://mlflow.example:5000")

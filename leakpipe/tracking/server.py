@@ -44,7 +44,14 @@ def run_ui(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> int:
     command = server_command(uri, host, port)
     log.info("MLflow UI for %s on http://%s:%d (Ctrl-C stops it)", uri, host, port)
     print(f"ui: the pipeline's runs: {runs_page(uri, host, port)}", flush=True)
-    return serve(command)
+    return serve(command, ui_environment(os.environ))
+
+
+def ui_environment(env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` with MLflow's server-side job execution off unless the user set it: those jobs
+    (a runner and several queue consumers, each importing MLflow) serve GenAI scorers that
+    leakpipe never schedules, and on a small machine they delay the UI by half a minute."""
+    return {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", **env}
 
 
 def runs_page(uri: str, host: str, port: int) -> str:
