@@ -10,6 +10,7 @@
    of both splits, each with its bootstrap interval over the split's recordings (val's are
    in-sample for the threshold), prediction rows.
 
+``evaluation_figures`` draws the same plots as matplotlib figures for MLflow.
 ``write_outputs`` writes the DVC outputs atomically: `metrics/eval.json` (metric names nested
 at their slashes, as train's: DVC shows ``test/file_f1`` as ``test.file_f1``), the plot files,
 the predictions CSV and the detector file carrying the chosen operating point (what `leakpipe
@@ -27,9 +28,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from matplotlib.figure import Figure
 
 from leakpipe.config import DecisionConfig, EvaluateConfig
-from leakpipe.constants import H5_CLIP_INDEX
+from leakpipe.constants import DECISION_NAMES, H5_CLIP_INDEX
 from leakpipe.data.reader import open_split
 from leakpipe.data.schema import task_labels
 from leakpipe.decision.metrics import diagnose
@@ -38,7 +40,13 @@ from leakpipe.decision.voting import VotingConfig, file_scores, threshold_grid
 from leakpipe.detector import Detector, Network, save_detector, with_operating_point
 from leakpipe.errors import DataError
 from leakpipe.evaluate.figures import FileTable, frac_long_over, prediction_rows
-from leakpipe.evaluate.plots import PLOT_FILES, plot_data
+from leakpipe.evaluate.plots import (
+    PLOT_FILES,
+    confusion_figure,
+    curve_figure,
+    plot_data,
+    threshold_figure,
+)
 from leakpipe.evaluate.split_metrics import Resampling, class_figures, split_figures
 from leakpipe.files import write_csv_atomic, write_json_atomic
 from leakpipe.metric_names import json_safe, nest
@@ -245,3 +253,26 @@ def write_outputs(evaluation: Evaluation, detector: Detector, *, metrics_path: P
         write_json_atomic(plots_dir / PLOT_FILES[key], records)
     write_csv_atomic(predictions_path, test.rows())
     save_detector(detector_path, detector)
+
+
+def evaluation_figures(evaluation: Evaluation) -> dict[str, Figure]:
+    """Every figure of an evaluation, by artifact name (without extension)."""
+    test, val, point = evaluation.test, evaluation.val, evaluation.point
+    data = plot_data(test.table.truth, test.decision, test.file_score, point.grid,
+                     point.val_curve)
+    figures = {
+        "confusion_test": confusion_figure(test.table.truth, test.decision, DECISION_NAMES,
+                                           f"test files at {point.threshold:g}"),
+        "confusion_val": confusion_figure(val.table.truth, val.decision, DECISION_NAMES,
+                                          f"val files at {point.threshold:g}"),
+        "threshold_val": threshold_figure(data["threshold"], point.threshold,
+                                          f"val, rule {point.rule}"),
+    }
+    if data["roc"]:
+        figures["roc_test"] = curve_figure(data["roc"], "fpr", "tpr", "test files: ROC", True)
+        figures["pr_test"] = curve_figure(data["pr"], "recall", "precision", "test files: PR")
+    if len(test.table.class_names) > len(DECISION_NAMES):
+        names = test.table.class_names
+        figures["class_confusion_test"] = confusion_figure(
+            test.table.label, test.scores.class_probs.argmax(axis=1), names, "test files")
+    return figures

@@ -8,13 +8,15 @@ DVC files (declared under ``plots:`` in dvc.yaml, so `dvc plots show` / `dvc plo
 - ``threshold.json``: the val grid of the chosen rule, ``{"threshold", "f1", "sensitivity",
   "specificity", "precision"}``: where the operating point was chosen.
 
-Figures are built on ``matplotlib.figure.Figure`` (no pyplot, no global state).
+Figures are built on ``matplotlib.figure.Figure`` (no pyplot, no global state). This module
+knows arrays, not evaluations: ``detector_evaluation.evaluation_figures`` assembles an
+evaluation's figures from these, so imports point one way (evaluation -> plots).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 from matplotlib.figure import Figure
@@ -22,9 +24,6 @@ from sklearn.metrics import confusion_matrix, precision_recall_curve, roc_curve
 
 from leakpipe.constants import DECISION_NAMES
 from leakpipe.decision.metrics import BinaryMetrics
-
-if TYPE_CHECKING:
-    from leakpipe.evaluate.detector_evaluation import Evaluation
 
 PLOT_FILES = {"confusion": "confusion.json", "roc": "roc.json", "pr": "pr.json",
               "threshold": "threshold.json"}
@@ -118,26 +117,3 @@ def threshold_figure(records: list[dict[str, Any]], chosen: float, title: str) -
     ax.set(xlabel="file threshold", ylabel="val rate", title=title, ylim=(0, 1.02))
     ax.legend(loc="lower left")
     return fig
-
-
-def evaluation_figures(evaluation: Evaluation) -> dict[str, Figure]:
-    """Every figure of an evaluation, by artifact name (without extension)."""
-    test, val, point = evaluation.test, evaluation.val, evaluation.point
-    data = plot_data(test.table.truth, test.decision, test.file_score, point.grid,
-                     point.val_curve)
-    figures = {
-        "confusion_test": confusion_figure(test.table.truth, test.decision, DECISION_NAMES,
-                                           f"test files at {point.threshold:g}"),
-        "confusion_val": confusion_figure(val.table.truth, val.decision, DECISION_NAMES,
-                                          f"val files at {point.threshold:g}"),
-        "threshold_val": threshold_figure(data["threshold"], point.threshold,
-                                          f"val, rule {point.rule}"),
-    }
-    if data["roc"]:
-        figures["roc_test"] = curve_figure(data["roc"], "fpr", "tpr", "test files: ROC", True)
-        figures["pr_test"] = curve_figure(data["pr"], "recall", "precision", "test files: PR")
-    if len(test.table.class_names) > len(DECISION_NAMES):
-        names = test.table.class_names
-        figures["class_confusion_test"] = confusion_figure(
-            test.table.label, test.scores.class_probs.argmax(axis=1), names, "test files")
-    return figures

@@ -33,9 +33,9 @@ from leakpipe.evaluate.detector_evaluation import (
     batch_limits,
     detector_of,
     evaluate_detector,
+    evaluation_figures,
     write_outputs,
 )
-from leakpipe.evaluate.plots import evaluation_figures
 from leakpipe.files import file_sha256
 from leakpipe.preload.plan import read_plan
 from leakpipe.runtime import make_runtime
