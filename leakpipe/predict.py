@@ -150,7 +150,7 @@ def prepare(recording: Path | AudioSource, detector: Detector, min_fraction: flo
                            starts_s[done:done + len(clips)], duration, band, notes, last=False)
             done, clips = done + len(clips), []
     if plan.short:
-        raise AudioError(f"{path}: {plan.short}")
+        raise plan.too_short(path)
     yield Prepared(path, clip_features(np.stack(clips), f), starts_s[done:], duration, band,
                    notes)
 

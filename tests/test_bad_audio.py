@@ -132,7 +132,7 @@ CASES: tuple[Case, ...] = (
     Case("96 kHz", "BACKGROUND/hi_rate.wav",
          writer("PCM_16", lambda: noise(GOOD_SECONDS, 96000, seed=8), 96000), USED, clips=1),
     Case("0.1 s", "NORMAL/blip.wav", writer("PCM_16", lambda: noise(0.1, seed=9)),
-         REJECTED, "too short: 410 samples, need at least 2048"),
+         REJECTED, "too short: 0.1 s (400 samples at 4000 Hz), need at least 0.5 s"),
     Case("10 minutes", "LEAK/ten_minutes.wav",
          writer("PCM_16", lambda: noise(TEN_MINUTES, seed=10)), USED, clips=600),
     Case("non-ASCII name (German)", "LEAK/Leitung_Größe_ü.wav",

@@ -152,9 +152,13 @@ def test_unusable_recordings_get_error_rows_and_the_rest_an_answer(served: Serve
     answers = mlflow.pyfunc.load_model(served.uri).predict(frame).to_dict("records")
     assert [a["id"] for a in answers] == ["short", "nan", "rate", "a.wav", "recording-4"]
     assert [a["status"] for a in answers] == ["error"] * 3 + ["ok"] * 2
-    assert "too short" in answers[0]["notes"] and answers[0]["notes"].startswith("short:")
+    # said in the sender's terms: its own seconds, samples and rate; the rate as it was sent
+    short = answers[0]["notes"]
+    assert short.startswith("short: too short: 0.0125 s (100 samples at 8000 Hz), need at "
+                            "least "), short
+    assert short.endswith(" s clip)") and "4096" not in short
     assert "non-finite" in answers[1]["notes"]
-    assert "positive integer" in answers[2]["notes"]
+    assert answers[2]["notes"] == "rate: sample_rate must be a positive whole number of Hz, got 0"
     assert answers[0]["leak_prob"] is None and answers[0]["long_probs"] == []
     assert answers[0]["band_hz"] is None and answers[0]["band_limited"] is None
     assert (answers[3]["band_hz"], answers[3]["band_limited"]) == (4000.0, False)   # 8 kHz

@@ -32,13 +32,40 @@ def count_clips(n: int, clip_samples: int, n_clips: int | None) -> int:
     return n_clips
 
 
+def samples_needed(clip_samples: int, min_fraction: float) -> int:
+    """The fewest samples that still give one (zero-padded) clip."""
+    return min(clip_samples, int(np.ceil(min_fraction * clip_samples)))
+
+
 def too_short_reason(n: int, clip_samples: int, min_fraction: float) -> str:
     """Why ``n`` samples give no clip, or "" if they give one (zero-padded if < a clip)."""
-    need = int(np.ceil(min_fraction * clip_samples))
-    if n >= clip_samples or n >= need:
+    need = samples_needed(clip_samples, min_fraction)
+    if n >= need:
         return ""
     return (f"too short: {n} samples, need at least {need} "
             f"({min_fraction:g} of a {clip_samples}-sample clip)")
+
+
+def seconds_text(seconds: float) -> str:
+    """Seconds for a person: 4 significant digits (0.0125, 1.5, 3), no trailing zeros."""
+    return f"{seconds:.4g}"
+
+
+def too_short_for_a_clip(frames: int, sample_rate: int, features: FeatureConfig,
+                         min_fraction: float) -> str:
+    """Why a recording of ``frames`` frames at ``sample_rate`` gives no clip, or "".
+
+    Said in the recording's own terms (its seconds, samples and rate) rather than in samples
+    after resampling to the model's rate, which the sender never saw; the comparison itself is
+    made on the resampled length, as the clips are cut from it.
+    """
+    n_out = resampled_length(frames, sample_rate, features.sample_rate)
+    need = samples_needed(features.clip_samples, min_fraction)
+    if n_out >= need:
+        return ""
+    return (f"too short: {seconds_text(frames / sample_rate)} s ({frames} samples at "
+            f"{sample_rate} Hz), need at least {seconds_text(need / features.sample_rate)} s "
+            f"({min_fraction:g} of a {features.clip_s:g} s clip)")
 
 
 def make_clips(x: np.ndarray, clip_samples: int, n_clips: int | None,
@@ -95,7 +122,7 @@ class ClipPlan:
     starts: np.ndarray        # (clips,) int64: clip start at sr_out
     first: np.ndarray         # (clips,) int64: first input frame resampled for the clip
     stop: np.ndarray          # (clips,) int64: input frame after the last one
-    short: str = ""           # "too short: ..." when the recording gives no clip (none planned)
+    short: str = ""           # "too short: <s> s (<n> samples at <rate> Hz), ..." (no clip planned)
     highpass_hz: float = 0.0  # DC removal and high-pass before resampling (0 = off)
 
     @property
@@ -103,9 +130,8 @@ class ClipPlan:
         return len(self.starts)
 
     def too_short(self, path: Path) -> AudioError:
-        """The error of a recording that gives no clip (``short``), with its length."""
-        seconds = self.frames_out / self.sr_out
-        return AudioError(f"{path}: {self.short} at {self.sr_out} Hz ({seconds:.3f} s)")
+        """The error of a recording that gives no clip (``short`` says its length)."""
+        return AudioError(f"{path}: {self.short}")
 
 
 def plan_clips(frames: int, sample_rate: int, features: FeatureConfig, n_clips: int | None,
@@ -118,7 +144,7 @@ def plan_clips(frames: int, sample_rate: int, features: FeatureConfig, n_clips: 
     size = features.clip_samples
     count = count_clips(n_out, size, n_clips)
     none = np.zeros(0, np.int64)
-    if short := too_short_reason(n_out, size, min_fraction):
+    if short := too_short_for_a_clip(frames, sample_rate, features, min_fraction):
         return ClipPlan(sample_rate, features.sample_rate, up, down, frames, n_out, size, none,
                         none, none, short, features.highpass_hz)
     starts = clip_starts(n_out, size, count)  # (clips,)

@@ -97,7 +97,8 @@ def waveform_source(name: str, samples: np.ndarray, sample_rate: int) -> AudioSo
     if not np.issubdtype(data.dtype, np.number) or np.iscomplexobj(data):
         raise AudioError(f"{name}: waveform must hold real numbers, got {data.dtype}")
     if isinstance(sample_rate, bool) or int(sample_rate) != sample_rate or sample_rate <= 0:
-        raise AudioError(f"{name}: sample rate must be a positive integer, got {sample_rate!r}")
+        raise AudioError(f"{name}: sample rate must be a positive whole number of Hz, "
+                         f"got {sample_rate}")
     return AudioSource(Path(name), int(sample_rate), data.shape[1], data.shape[0], "FLOAT",
                        None, None, samples=np.ascontiguousarray(data, dtype=np.float32))
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 from typing import Any
@@ -127,10 +128,23 @@ def _rate(frame: pd.DataFrame, i: int, name: str) -> int:
     if "sample_rate" not in frame.columns:
         raise AudioError(f"{name}: no 'sample_rate' column in the request")
     value = frame["sample_rate"].iloc[i]
-    if not isinstance(value, int | np.integer | float | np.floating) or \
+    if isinstance(value, bool | np.bool_) or \
+            not isinstance(value, int | np.integer | float | np.floating) or \
             not math.isfinite(value) or value != int(value) or value <= 0:
-        raise AudioError(f"{name}: sample rate must be a positive integer, got {value!r}")
+        raise AudioError(f"{name}: sample_rate must be a positive whole number of Hz, got "
+                         f"{as_sent(value)}")
     return int(value)
+
+
+def as_sent(value: Any) -> str:
+    """A request's value as the client wrote it in JSON (``0``, ``8000.5``, ``"8k"``,
+    ``null``), not as pandas holds it (``np.int64(0)``, ``nan``): the client knows only the
+    former."""
+    if isinstance(value, np.generic):
+        value = value.item()
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "null"
+    return json.dumps(value, default=str)
 
 
 def _served(row: dict[str, Any], name: str) -> dict[str, Any]:
