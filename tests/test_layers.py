@@ -21,7 +21,8 @@ Where a change goes (docs/architecture.md says the same):
 - detector: the network and detector files;
 - predict_rows: predict's output rows; predict: leak decisions for recordings (files, or
   waveforms in memory);
-- serve: predict as an MLflow pyfunc model (evaluate logs it);
+- serve: predict as an MLflow pyfunc model (evaluate logs it); export: the scoring network as
+  ONNX with its rules as JSON; explain: band occlusion and a figure per recording (peers);
 - train, evaluate: the stages that fit and judge a network, peers;
 - tune (calls train's fit), baselines (reuses evaluate's figures), realcheck (all three),
   study (the segmentation grid as queued DVC experiments);
@@ -52,7 +53,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("detector",),
     ("predict_rows",),
     ("predict",),
-    ("serve",),
+    ("serve", "export", "explain"),
     ("train", "evaluate"),
     ("tune", "baselines", "realcheck", "study", "adapt"),
     ("cv",),
@@ -159,11 +160,12 @@ def test_a_lazy_or_type_checking_import_cycle_is_caught() -> None:
 
 
 @pytest.mark.parametrize(("command", "unit"), [("evaluate", "evaluate"),
-                                               ("predict", "predict"), ("promote", "evaluate")])
+                                               ("predict", "predict"), ("promote", "evaluate"),
+                                               ("export", "export")])
 def test_scoring_commands_never_load_the_trainer(command: str, unit: str) -> None:
-    """`leakpipe evaluate` / `predict` / `promote` with every module their run() imports lazily,
-    in a fresh interpreter: nothing of leakpipe.train is loaded (nor torch's trainer parts with
-    it); ``unit`` is the package that does the command's work."""
+    """`leakpipe evaluate` / `predict` / `promote` / `export` with every module their run()
+    imports lazily, in a fresh interpreter: nothing of leakpipe.train is loaded (nor torch's
+    trainer parts with it); ``unit`` is the package that does the command's work."""
     path = REPO / PACKAGE / "commands" / f"{command}.py"
     modules = sorted({f"{PACKAGE}.commands.{command}",
                       *(n for n in imported_names(path) if module_file(n) is not None)})

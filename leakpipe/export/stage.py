@@ -1,0 +1,50 @@
+"""``run_export``: `leakpipe export --format onnx --model PATH_OR_URI --out DIR`.
+
+Writes ``DIR/model.onnx`` (the scoring network, its rules in the metadata property
+``leakpipe_rules``) and ``DIR/rules.json`` (the same rules). The graph is checked against
+PyTorch with onnxruntime before anything is written; the pair is replaced together: the JSON
+first, then the model is renamed into place, so a failure leaves the previous pair (or none).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from leakpipe.detector import load_detector
+from leakpipe.errors import DataError
+from leakpipe.export.graph import OPSET, checked_onnx, with_metadata
+from leakpipe.export.rules import edge_rules, raw_detector
+from leakpipe.files import file_sha256, json_text, write_atomic, write_text_atomic
+from leakpipe.predict import resolve_model
+
+log = logging.getLogger(__name__)
+
+FORMATS = ("onnx",)
+ONNX_FILE = "model.onnx"
+RULES_FILE = "rules.json"
+RULES_PROP = "leakpipe_rules"   # the ONNX metadata key holding the rules JSON
+
+
+def run_export(spec: str, out: Path, fmt: str = "onnx") -> int:
+    """Export the detector ``spec`` (a file or an MLflow model URI) into the folder ``out``."""
+    if fmt not in FORMATS:
+        raise DataError(f"--format: {fmt!r} is not one of {list(FORMATS)}")
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise DataError(f"{out}: exists and is not a folder (--out names a folder)")
+    path = resolve_model(spec)
+    detector = load_detector(path)
+    graph, diff = checked_onnx(detector, str(path))
+    rules = edge_rules(detector, raw_detector(path), source=spec, sha256=file_sha256(path),
+                       onnx_file=ONNX_FILE, max_diff=diff)
+    text = json_text(rules)
+    model = with_metadata(graph, {RULES_PROP: text})
+    out.mkdir(parents=True, exist_ok=True)
+    write_atomic(out / ONNX_FILE, lambda handle: handle.write(model),
+                 before_replace=lambda _tmp, _path: write_text_atomic(out / RULES_FILE, text))
+    print(f"export: {out / ONNX_FILE} ({len(model) / 1024:.0f} KiB, ONNX opset {OPSET}, "
+          f"largest |onnxruntime - torch| {diff:.1e}) and {out / RULES_FILE} (input_norm "
+          f"{detector.input_norm}, rule {detector.voting.rule}, threshold "
+          f"{detector.threshold:g})")
+    return 0
