@@ -159,8 +159,10 @@ def test_evaluate_registers_a_candidate_and_the_first_promote_crowns_it(
     assert tracking.TAG_TEST_SHA256 in candidate.tags
     capsys.readouterr()
 
-    assert _promote("--dry-run") == 0                    # the decision only
-    assert "promote (dry run): " + f"{NAME} v1 would become champion" in capsys.readouterr().out
+    assert _promote("--dry-run") == 0                    # the decision only, not scored
+    out = capsys.readouterr().out
+    assert "promote (dry run): " + f"{NAME} v1 would become champion" in out
+    assert f"no champion yet; evaluate's test F1 {f1:.4f} (nothing to compare with" in out
     assert _alias(tracking.ALIAS_CHAMPION) is None and _promote_runs() == []
 
     assert _promote() == 0                               # no champion yet: crowned
@@ -236,3 +238,38 @@ def test_promote_without_a_candidate_says_so(project: Path,
     assert f"{NAME}: no version has the alias candidate" in err and "leakpipe evaluate" in err
     with pytest.raises(DataError, match="cannot be loaded from MLflow"):
         tracking.download_model(CHAMPION_URI)
+
+
+def test_before_the_first_promote_serve_says_what_to_run_and_a_dry_run_answers_at_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """After `make run` the registry holds a candidate and no champion: `leakpipe serve` (the
+    README's first serve command) says in one line to run `leakpipe promote` or to serve the
+    candidate, and `promote --dry-run` decides without scoring (no test split here at all)."""
+    monkeypatch.setenv("DVC_ROOT", str(tmp_path))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", copied_store(tmp_path / "mlruns"))
+    monkeypatch.chdir(tmp_path)
+    store = tracking.tracking_uri()
+
+    def serve_error() -> str:
+        assert main(["serve", "--params", str(PARAMS)]) == 3     # nothing started
+        (line,) = capsys.readouterr().err.splitlines()
+        return line
+
+    assert serve_error() == (f"error: {CHAMPION_URI}: no version of {NAME} has the alias "
+                             f"champion in {store}, nor the alias candidate: run `dvc repro "
+                             "evaluate` (or `make run`) to register a detector first")
+    _register_candidate(known_detector(tmp_path / "detector.pt"))
+    capsys.readouterr()
+    assert serve_error() == (f"error: {CHAMPION_URI}: no champion yet in {store}: run "
+                             "`leakpipe promote` (it makes the evaluated candidate the "
+                             "champion), or serve the candidate with --model "
+                             f"models:/{NAME}@candidate")
+
+    assert _promote("--dry-run", "--test", str(tmp_path / "absent.h5"),
+                    "--plan", str(tmp_path / "absent.json")) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"promote (dry run): {NAME} v1 would become champion (was none): no "
+                          "champion yet (nothing to compare with: the test split was not "
+                          "scored)"), out
+    assert _alias(tracking.ALIAS_CHAMPION) is None and _promote_runs() == []

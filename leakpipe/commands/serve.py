@@ -21,7 +21,7 @@ HELP = "serve a registered detector over HTTP (mlflow models serve): recordings 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default=None,
                         help="MLflow model URI (default: models:/<evaluate.registered_model>"
-                             "@champion from --params)")
+                             "@champion from --params; it exists after `leakpipe promote`)")
     parser.add_argument("--params", type=Path, default=Path("params.yaml"),
                         help="params file naming the registered model (default: params.yaml)")
     parser.add_argument("--host", default=DEFAULT_HOST,

@@ -82,7 +82,8 @@ class ScoringSetup:
 
 @dataclass(frozen=True)
 class SplitDecisions:
-    """One detector's file decisions on the test split, in file order."""
+    """One detector's decisions on the test split, one per clip (an HDF5 row, the unit the
+    voting rule decides), in split order."""
 
     truth: np.ndarray          # (F,) bool: LEAK
     decision: np.ndarray       # (F,) bool: decided LEAK at the detector's own point
@@ -96,13 +97,22 @@ class SplitDecisions:
 
 @dataclass(frozen=True)
 class Comparison:
-    """The candidate's test F1 and, with a champion, the champion's and the paired interval of
-    F1(candidate) - F1(champion)."""
+    """The candidate's test F1 (per clip) and, with a champion, the champion's and the paired
+    interval of F1(candidate) - F1(champion); ``recordings``: how many the clips come from (the
+    unit the bootstrap resamples), 0 when not counted."""
 
     candidate_f1: float
-    files: int
+    clips: int
     champion_f1: float | None = None
     interval: Interval | None = None
+    recordings: int = 0
+
+    @property
+    def scored(self) -> str:
+        """What was scored, in words: ``1848 clips of 924 recordings`` (``40 clips`` when
+        the recordings were not counted)."""
+        of = f" of {self.recordings} recordings" if self.recordings else ""
+        return f"{self.clips} clips{of}"
 
 
 @dataclass(frozen=True)
@@ -118,24 +128,35 @@ def decide(comparison: Comparison, margin: float, confidence: float) -> Decision
     """Promote iff there is no champion, or the interval's lower end is >= -``margin``."""
     if comparison.champion_f1 is None:
         return Decision(True, f"no {ALIAS_CHAMPION} yet; test F1 {comparison.candidate_f1:.4f} "
-                              f"on {comparison.files} files")
+                              f"on {comparison.scored}")
     interval = comparison.interval
     if interval is None:
         raise ValueError("a comparison with a champion needs the interval of the difference")
     promote = interval.low >= -margin
     return Decision(promote, (
         f"test F1 {comparison.candidate_f1:.4f} vs {comparison.champion_f1:.4f} on "
-        f"{comparison.files} files; F1(candidate) - F1(champion) {100 * confidence:g}% interval "
+        f"{comparison.scored}; F1(candidate) - F1(champion) {100 * confidence:g}% interval "
         f"[{interval.low:+.4f}, {interval.high:+.4f}], lower end "
         f"{'>=' if promote else '<'} -margin (promote.margin {margin:g})"))
+
+
+def first_champion(candidate: DetectorVersion) -> Decision:
+    """The decision with no champion yet, known without scoring: the candidate is promoted
+    whatever its figures, so a dry run answers at once (a real promote still scores it, for
+    the run's record). The F1 quoted is the one evaluate tagged the version with."""
+    f1 = candidate.tags.get(tracking.TAG_TEST_F1)
+    figure = f"; evaluate's test F1 {float(f1):.4f}" if f1 else ""
+    return Decision(True, f"no {ALIAS_CHAMPION} yet{figure} (nothing to compare with: the "
+                          "test split was not scored)")
 
 
 def compare(candidate: SplitDecisions, champion: SplitDecisions | None,
             cfg: EvaluateConfig, test: Path) -> Comparison:
     """The figures ``decide`` needs; the paired bootstrap resamples test recordings."""
-    files = len(candidate.truth)
+    clips = len(candidate.truth)
+    recordings = len(np.unique(candidate.recording_id))
     if champion is None:
-        return Comparison(candidate.f1, files)
+        return Comparison(candidate.f1, clips, recordings=recordings)
     if not (np.array_equal(candidate.truth, champion.truth)
             and np.array_equal(candidate.recording_id, champion.recording_id)):
         raise DataError(f"{test}: the two detectors read different labels from it "
@@ -144,9 +165,9 @@ def compare(candidate: SplitDecisions, champion: SplitDecisions | None,
         candidate.truth, candidate.decision, champion.decision, candidate.recording_id,
         resamples=cfg.bootstrap_resamples, confidence=cfg.confidence, seed=cfg.seed)
     if interval is None:
-        raise DataError(f"{test}: F1 is undefined in every bootstrap resample (no LEAK file, "
+        raise DataError(f"{test}: F1 is undefined in every bootstrap resample (no LEAK clip, "
                         "none decided LEAK); the detectors cannot be compared on it")
-    return Comparison(candidate.f1, files, champion.f1, interval)
+    return Comparison(candidate.f1, clips, champion.f1, interval, recordings)
 
 
 # -- scoring --------------------------------------------------------------------------------------
@@ -154,7 +175,7 @@ def compare(candidate: SplitDecisions, champion: SplitDecisions | None,
 
 def score_test_split(detector: Detector, path: Path, setup: ScoringSetup,
                      desc: str) -> SplitDecisions:
-    """Score ``path`` with ``detector`` (evaluate's scoring path) and decide each file at the
+    """Score ``path`` with ``detector`` (evaluate's scoring path) and decide each clip at the
     detector's own saved operating point."""
     table = read_file_table(path, detector)
     runtime = setup.runtime
@@ -204,6 +225,9 @@ def run_promote(paths: PromotePaths, params: Path, *, dry_run: bool = False,
     if champion is not None and champion.version == candidate.version:
         print(f"{STAGE}: {candidate.label} is {ALIAS_CANDIDATE} and {ALIAS_CHAMPION} already; "
               "nothing to do")
+        return EXIT_OK
+    if champion is None and dry_run:
+        print(decision_line(candidate, None, first_champion(candidate), dry_run))
         return EXIT_OK
     if champion is not None and cfg.bootstrap_resamples < 1:
         raise ConfigError(f"{params}: evaluate.bootstrap_resamples: 0; promote compares with "
@@ -256,7 +280,7 @@ def _log(run: tracking.Tracker, candidate: DetectorVersion, champion: DetectorVe
     interval = comparison.interval
     metrics: dict[str, Any] = {
         f"{STAGE}/candidate_file_f1": comparison.candidate_f1,
-        f"{STAGE}/test_files": comparison.files,
+        f"{STAGE}/test_files": comparison.clips,      # key kept: test clips (HDF5 rows)
         f"{STAGE}/promoted": float(decision.promote)}
     if comparison.champion_f1 is not None and interval is not None:
         metrics.update({f"{STAGE}/champion_file_f1": comparison.champion_f1,

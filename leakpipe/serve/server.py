@@ -10,6 +10,7 @@ SIGHUP as `leakpipe ui` does. Clients POST recordings to ``/invocations`` (see
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from leakpipe.tracking.server import serve
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 5001          # next to the MLflow UI's 5000
 SERVED_FLAVOR = "python_function"
+ALIAS_URI = re.compile(r"models:/(?P<name>[^/@]+)@(?P<alias>[^/@]+)")
 
 
 def default_model(registered_model: str) -> str:
@@ -28,6 +30,33 @@ def default_model(registered_model: str) -> str:
         raise DataError("evaluate.registered_model is empty (no registry in use); name the "
                         "detector with --model")
     return f"models:/{registered_model}@{tracking.ALIAS_CHAMPION}"
+
+
+def missing_alias(model: str) -> str | None:
+    """For a ``models:/<name>@<alias>`` URI whose alias points nowhere yet, the one line that
+    says what to run; None when it resolves (or is no alias URI).
+
+    After `make run` the registry holds the ``candidate`` evaluate registered but no
+    ``champion`` until `leakpipe promote` crowns one, and MLflow's own answer ("Registered
+    model alias champion not found") names neither the command nor the alternative.
+    """
+    found = ALIAS_URI.fullmatch(model)
+    if found is None:
+        return None
+    name, alias = found["name"], found["alias"]
+    if tracking.alias_version(name, alias) is not None:
+        return None
+    store = tracking.tracking_uri()
+    if tracking.alias_version(name, tracking.ALIAS_CANDIDATE) is None:
+        return (f"{model}: no version of {name} has the alias {alias} in {store}, nor the "
+                f"alias {tracking.ALIAS_CANDIDATE}: run `dvc repro evaluate` (or `make run`) "
+                "to register a detector first")
+    if alias == tracking.ALIAS_CHAMPION:
+        return (f"{model}: no {alias} yet in {store}: run `leakpipe promote` (it makes the "
+                f"evaluated {tracking.ALIAS_CANDIDATE} the {alias}), or serve the candidate "
+                f"with --model models:/{name}@{tracking.ALIAS_CANDIDATE}")
+    return (f"{model}: no version of {name} has the alias {alias} in {store}; name another "
+            f"with --model, e.g. models:/{name}@{tracking.ALIAS_CANDIDATE}")
 
 
 def serve_command(model: str, host: str, port: int, workers: int) -> list[str]:
@@ -53,8 +82,10 @@ def serve_environment() -> dict[str, str]:
 def run_serve(model: str, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
               workers: int = 1) -> int:
     """Serve ``model`` until a stop signal; returns the exit code. A URI that is not a servable
-    model (none there; a detector logged before detectors were MLflow models) is a
-    ``DataError`` before anything starts."""
+    model (an alias that points nowhere yet, none there; a detector logged before detectors
+    were MLflow models) is a ``DataError`` before anything starts."""
+    if (hint := missing_alias(model)) is not None:
+        raise DataError(hint)
     if SERVED_FLAVOR not in tracking.model_flavors(model):
         raise DataError(f"{model}: not a servable MLflow model (no {SERVED_FLAVOR} flavor); "
                         "re-run evaluate to log the detector as one")
