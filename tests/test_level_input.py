@@ -40,8 +40,8 @@ from tests.helpers_detector import (
     restore_logging,
     save_small_detector,
 )
+from tests.helpers_fit import DECISION, N_MELS, RUNTIME, InMemorySource, _files, val_split
 from tests.helpers_h5 import SMALL_FEATURES
-from tests.test_fit import DECISION, N_MELS, RUNTIME, InMemorySource, _files, val_split
 
 LEVEL_MODEL = dataclasses.replace(SMALL_MODEL, level_input=True)
 OFFSET_DB = 17.0
