@@ -11,7 +11,10 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from leakpipe import tracking
+from leakpipe.errors import DataError
+from leakpipe.tracking.names import ERROR_TAG_CHARS
 from tests.conftest import REPO
+from tests.helpers_detector import copied_store
 
 SCRIPT = """
 from leakpipe import tracking
@@ -68,13 +71,52 @@ def test_root_found_by_walking_up_without_dvc_root(tmp_path: Path) -> None:
     assert not (project / "sub" / "dir" / "mlruns").exists()
 
 
-def test_failed_and_killed_runs_are_marked(mlflow_store: str) -> None:
+def test_failed_and_killed_runs_are_marked(tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    mlflow_store = copied_store(tmp_path / "mlruns")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_store)
     with pytest.raises(ValueError), tracking.start_run("bad"):
-        raise ValueError("boom")
+        raise ValueError("boom\n  a second line")
     with pytest.raises(KeyboardInterrupt), tracking.start_run("stopped"):
         raise KeyboardInterrupt
-    states = {r.info.run_name: r.info.status for r in _runs(mlflow_store)}
-    assert states == {"bad": "FAILED", "stopped": "KILLED"}
+    with pytest.raises(DataError), tracking.start_run("build") as parent, \
+            tracking.start_run("child", parent_run_id=parent.run_id):
+        raise DataError("data/raw/LEAK/a.wav: not a WAV file (RIFF header missing)")
+    runs = {r.info.run_name: r for r in _runs(mlflow_store)}
+    states = {name: r.info.status for name, r in runs.items()}
+    assert states == {"bad": "FAILED", "stopped": "KILLED", "build": "FAILED", "child": "FAILED"}
+    errors = {name: r.data.tags.get(tracking.TAG_ERROR) for name, r in runs.items()}
+    assert errors == {"bad": "ValueError: boom", "stopped": None,   # a stop is not an error
+                      "build": "data/raw/LEAK/a.wav: not a WAV file (RIFF header missing)",
+                      "child": "data/raw/LEAK/a.wav: not a WAV file (RIFF header missing)"}
+
+
+def test_an_error_line_is_one_bounded_line() -> None:
+    assert tracking.error_line(RuntimeError()) == "RuntimeError"
+    assert tracking.error_line(DataError("")) == "DataError"
+    long = tracking.error_line(ValueError("x" * 2000))
+    assert len(long) == ERROR_TAG_CHARS and long.endswith("...") and "\n" not in long
+
+
+def test_the_experiment_opens_in_model_training_mode(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """MLflow 3 opens an experiment in GenAI or model-training mode by its kind tag: a new
+    store's experiment is made a training one, and so is an older store's on the next run."""
+    uri = copied_store(tmp_path / "mlruns")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.setenv("DVC_ROOT", str(tmp_path))
+    monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", "older")
+    client = MlflowClient(tracking_uri=uri)
+    older = client.create_experiment("older")          # as leakpipe made it before the tag
+    assert tracking.TAG_EXPERIMENT_KIND not in client.get_experiment(older).tags
+    with tracking.start_run("build"):
+        pass
+    monkeypatch.delenv("MLFLOW_EXPERIMENT_NAME")
+    with tracking.start_run("build"):
+        pass
+    new = client.get_experiment_by_name(tracking.DEFAULT_EXPERIMENT)
+    for experiment in (client.get_experiment(older), new):
+        assert experiment.tags[tracking.TAG_EXPERIMENT_KIND] == "custom_model_development"
 
 
 def test_flatten_nested_mappings() -> None:

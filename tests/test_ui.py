@@ -85,12 +85,15 @@ def test_the_runs_page_url_names_the_project_experiment(tmp_path: Path,
     uri = copied_store(tmp_path / "mlruns")
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     monkeypatch.setenv("DVC_ROOT", str(tmp_path))
-    assert runs_page(uri, HOST, 5000) == f"http://{HOST}:5000/"        # no runs yet
+    # MLflow 3.17's UI opens in the browser's stored mode (GenAI by default) unless the URL
+    # names one: both pages open in model-training mode
+    mode = "workflowType=machine_learning"
+    assert runs_page(uri, HOST, 5000) == f"http://{HOST}:5000/#/?{mode}"   # no runs yet
     with tracking.start_run("build"):
         pass
     experiment = MlflowClient(uri).get_experiment_by_name(tracking.DEFAULT_EXPERIMENT)
     assert runs_page(uri, HOST, 5000) == (
-        f"http://{HOST}:5000/#/experiments/{experiment.experiment_id}/runs")
+        f"http://{HOST}:5000/#/experiments/{experiment.experiment_id}/runs?{mode}")
 
 
 def test_the_ui_server_runs_no_job_consumers_unless_the_user_asks() -> None:

@@ -3,7 +3,9 @@
 Tracking URI: ``MLFLOW_TRACKING_URI`` if set, else ``sqlite:///<repo root>/mlruns/mlflow.db``
 with artifacts under ``<repo root>/mlruns/artifacts``; the repo root is ``DVC_ROOT`` when DVC
 runs the stage. Every run is tagged with its stage, the DVC experiment and the git commit, so
-each MLflow run maps back to a DVC experiment.
+each MLflow run maps back to a DVC experiment; a FAILED run also with its one-line error
+(``leakpipe.error``). The experiment is marked as a model-training one (``mlflow.experimentKind``),
+not a GenAI one.
 
 A tracker also logs the trained network (``log_model``: ``mlflow.pytorch`` with a signature and
 an input example) and, when asked, MLflow's own system metrics (``system/*``: CPU, memory, GPU
@@ -39,11 +41,15 @@ from leakpipe.tracking.names import (
     DEFAULT_EXPERIMENT,
     DETECTOR_SUFFIX,
     DVC_ENV_TAGS,
+    EXPERIMENT_KIND,
     MODEL_NAME,
+    RUN_NAME_TAG,
     SYSTEM_SAMPLES_BEFORE_LOGGING,
     TAG_DATA,
     TAG_DETECTOR_URI,
+    TAG_ERROR,
     TAG_EVALUATE_RUN,
+    TAG_EXPERIMENT_KIND,
     TAG_GIT_COMMIT,
     TAG_MODEL_SHA256,
     TAG_PROMOTE_RUN,
@@ -58,6 +64,7 @@ from leakpipe.tracking.runs import (
     artifact_root,
     end_run_by_id,
     end_run_if_running,
+    error_line,
     find_run_id,
     git_commit,
     nest_runs,
@@ -75,11 +82,15 @@ __all__ = [
     "DEFAULT_EXPERIMENT",
     "DETECTOR_SUFFIX",
     "DVC_ENV_TAGS",
+    "EXPERIMENT_KIND",
     "MODEL_NAME",
+    "RUN_NAME_TAG",
     "SYSTEM_SAMPLES_BEFORE_LOGGING",
     "TAG_DATA",
     "TAG_DETECTOR_URI",
+    "TAG_ERROR",
     "TAG_EVALUATE_RUN",
+    "TAG_EXPERIMENT_KIND",
     "TAG_GIT_COMMIT",
     "TAG_MODEL_SHA256",
     "TAG_PROMOTE_RUN",
@@ -99,6 +110,7 @@ __all__ = [
     "download_model",
     "end_run_by_id",
     "end_run_if_running",
+    "error_line",
     "find_run_id",
     "flatten",
     "git_commit",

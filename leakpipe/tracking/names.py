@@ -3,6 +3,14 @@
 from __future__ import annotations
 
 DEFAULT_EXPERIMENT = "leakpipe"
+# MLflow 3 opens an experiment in one of two modes: GenAI (traces overview, agent versions) or
+# model training (runs, models). The experiment's kind tag records which one this is; its value
+# for training is MLflow's "custom_model_development" (the UI's own "Model training" choice).
+TAG_EXPERIMENT_KIND = "mlflow.experimentKind"
+EXPERIMENT_KIND = "custom_model_development"
+# MLflow 3.17's UI takes the mode from the browser (a stored choice, GenAI until changed) and
+# from this URL parameter, which wins over it: the URLs leakpipe prints carry it.
+UI_MODE_QUERY = "workflowType=machine_learning"
 TAG_STAGE = "leakpipe.stage"
 TAG_DATA = "leakpipe.data_checksum"
 DVC_ENV_TAGS = {"DVC_EXP_NAME": "dvc.exp_name", "DVC_EXP_BASELINE_REV": "dvc.baseline_rev"}
@@ -13,6 +21,8 @@ TAG_MODEL_SHA256 = "leakpipe.model_sha256"   # sha256 of models/model.pt (train 
 TAG_TRAIN_RUN = "leakpipe.train_run_id"      # on an evaluate run: the train run of its model
 TAG_UNVALIDATED = "leakpipe.unvalidated"     # "true": the stage ran with --unvalidated
 TAG_DETECTOR_URI = "leakpipe.detector_uri"   # models:/ URI of a logged detector file
+TAG_ERROR = "leakpipe.error"                 # on a FAILED run: the one-line error that ended it
+ERROR_TAG_CHARS = 500                        # longer error lines are cut (MLflow allows 8000)
 DETECTOR_SUFFIX = ".pt"
 RUN_NAME_TAG = "mlflow.runName"
 PARENT_RUN_TAG = "mlflow.parentRunId"        # the UI nests a run under this run

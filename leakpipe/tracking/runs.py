@@ -18,12 +18,17 @@ from pathlib import Path
 from typing import Any
 
 from leakpipe.db_urls import with_driver
+from leakpipe.errors import LeakpipeError
 from leakpipe.paths import repo_root
 from leakpipe.tracking.names import (
     DEFAULT_EXPERIMENT,
     DVC_ENV_TAGS,
+    ERROR_TAG_CHARS,
+    EXPERIMENT_KIND,
     PARENT_RUN_TAG,
     SYSTEM_SAMPLES_BEFORE_LOGGING,
+    TAG_ERROR,
+    TAG_EXPERIMENT_KIND,
     TAG_GIT_COMMIT,
     TAG_STAGE,
 )
@@ -84,7 +89,9 @@ def git_commit(root: Path) -> str | None:
 
 
 def _ensure_experiment(name: str, root: Path) -> str:
-    """The experiment's id, created when the store has none of that name.
+    """The experiment's id, created when the store has none of that name, and marked as a
+    model-training experiment (``TAG_EXPERIMENT_KIND``) either way: a store made before the
+    mark gets it when a stage next runs.
 
     Stages may start at once (queued DVC experiments, tuning workers): when another process
     creates the experiment between the look-up and the create, its experiment is used.
@@ -93,17 +100,31 @@ def _ensure_experiment(name: str, root: Path) -> str:
     from mlflow.exceptions import MlflowException
 
     experiment = mlflow.get_experiment_by_name(name)
-    if experiment is not None:
-        return experiment.experiment_id
-    location = artifact_root(root)
-    location.mkdir(parents=True, exist_ok=True)
-    try:
-        return mlflow.create_experiment(name, artifact_location=location.as_uri())
-    except MlflowException:
-        experiment = mlflow.get_experiment_by_name(name)
-        if experiment is None:
-            raise
-        return experiment.experiment_id
+    if experiment is None:
+        location = artifact_root(root)
+        location.mkdir(parents=True, exist_ok=True)
+        try:
+            return mlflow.create_experiment(name, artifact_location=location.as_uri(),
+                                            tags={TAG_EXPERIMENT_KIND: EXPERIMENT_KIND})
+        except MlflowException:
+            experiment = mlflow.get_experiment_by_name(name)
+            if experiment is None:
+                raise
+    if experiment.tags.get(TAG_EXPERIMENT_KIND) != EXPERIMENT_KIND:
+        mlflow.MlflowClient().set_experiment_tag(experiment.experiment_id, TAG_EXPERIMENT_KIND,
+                                                 EXPERIMENT_KIND)
+    return experiment.experiment_id
+
+
+def error_line(exc: BaseException) -> str:
+    """The one line a failed run is tagged with: a leakpipe error's own message (what the CLI
+    prints), any other exception's type and the first line of its message; cut to
+    ``ERROR_TAG_CHARS``."""
+    lines = str(exc).strip().splitlines()
+    text = lines[0].strip() if lines else ""
+    if not isinstance(exc, LeakpipeError) or not text:
+        text = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    return text if len(text) <= ERROR_TAG_CHARS else text[:ERROR_TAG_CHARS - 3] + "..."
 
 
 @contextlib.contextmanager
@@ -112,7 +133,8 @@ def start_run(stage: str, *, tags: Mapping[str, str] | None = None,
               system_metrics_interval_s: float | None = None,
               parent_run_id: str | None = None,
               resume_run_id: str | None = None) -> Iterator[MlflowTracker]:
-    """One MLflow run for one stage execution; FAILED on error, KILLED on interrupt.
+    """One MLflow run for one stage execution; FAILED on error (tagged ``leakpipe.error`` with
+    its one line, so the run says why), KILLED on interrupt.
 
     ``parent_run_id`` makes it a child run (nested when the parent is active in this process);
     ``resume_run_id`` reopens that run when the store holds it (a resumed tuning study).
@@ -147,8 +169,22 @@ def start_run(stage: str, *, tags: Mapping[str, str] | None = None,
     except KeyboardInterrupt:
         status = "KILLED"
         raise
+    except BaseException as exc:
+        _tag_error(error_line(exc))
+        raise
     finally:
         mlflow.end_run(status=status)
+
+
+def _tag_error(line: str) -> None:
+    """``TAG_ERROR`` on the active run; a store that refuses it (it may be why the run failed)
+    leaves the original error to propagate, with one WARNING."""
+    import mlflow
+
+    try:
+        mlflow.set_tag(TAG_ERROR, line)
+    except Exception as exc:  # noqa: BLE001 - the run's own error matters more than this one
+        log.warning("could not tag the failed run with its error (%s)", exc)
 
 
 @contextlib.contextmanager

@@ -20,7 +20,7 @@ import time
 from collections.abc import Mapping
 
 from leakpipe.tracking.guard import guarded
-from leakpipe.tracking.names import DEFAULT_EXPERIMENT
+from leakpipe.tracking.names import DEFAULT_EXPERIMENT, UI_MODE_QUERY
 from leakpipe.tracking.runs import artifact_root, tracking_uri
 
 DEFAULT_HOST = "127.0.0.1"
@@ -55,17 +55,25 @@ def ui_environment(env: Mapping[str, str]) -> dict[str, str]:
 
 
 def runs_page(uri: str, host: str, port: int) -> str:
-    """The runs table of the project's experiment (MLflow 3 opens an experiment on its GenAI
-    overview, where training runs are one click away); the home page while it has none."""
+    """The runs table of the project's experiment in MLflow's model-training mode; the home
+    page, in that mode too, while it has none.
+
+    MLflow 3.17's UI takes its mode from the browser's stored choice, GenAI until the user
+    changes it, whatever the experiment's kind tag says; the ``workflowType`` URL parameter
+    wins over that choice (and the UI keeps it as it moves between pages), so the URL printed
+    here opens on runs and models for everyone, not on an empty traces overview."""
     from mlflow import MlflowClient
     from mlflow.exceptions import MlflowException
 
     base = f"http://{host}:{port}/"
+    home = f"{base}#/?{UI_MODE_QUERY}"
     try:
         experiment = MlflowClient(uri).get_experiment_by_name(DEFAULT_EXPERIMENT)
     except MlflowException:
-        return base
-    return f"{base}#/experiments/{experiment.experiment_id}/runs" if experiment else base
+        return home
+    if experiment is None:
+        return home
+    return f"{base}#/experiments/{experiment.experiment_id}/runs?{UI_MODE_QUERY}"
 
 
 def server_command(uri: str, host: str, port: int) -> list[str]:
