@@ -7,21 +7,26 @@
   No operating point and no timings: identical weights give identical bytes.
 - **Detector** (evaluate writes it): the network plus the operating point chosen on the val
   split (probability mode, rule, vote fraction, threshold), its headline test figures and the
-  scoring rules (batch caps and memory margins, the shortest usable recording). It is
-  the one file that decides leaks: `leakpipe predict` and the MLflow logged model use it, so the
-  threshold that is reported is the one that is deployed.
+  scoring rules (batch caps and memory margins, the shortest usable recording) and, since
+  version 4, the calibration fitted on val (``leakpipe.decision.calibration``) that turns the
+  rule's score into the reported ``leak_prob``. It is the one file that decides leaks:
+  `leakpipe predict` and the MLflow logged model use it, so the threshold that is reported is
+  the one that is deployed.
 
 Detector files of versions 1 and 2 (train once wrote them as models/model.pt) still load; a
 version 1 file predates ``input_norm`` and means ``none``; neither holds scoring rules, so
 `leakpipe predict` takes those from params.yaml for them. Model config keys added later
 (``model.level_input``) are written only when they differ from what a file without them means
 (``leakpipe.config.training.ADDED_DEFAULTS``), so a network without the feature is the same
-bytes as before it existed, and files without them load with that meaning.
+bytes as before it existed, and files without them load with that meaning. A detector file
+older than version 4 has no calibration: it loads as uncalibrated (the identity, so
+``leak_prob`` is the rule's raw score, as when it was written), with a WARNING saying so.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,6 +44,7 @@ from leakpipe.config import (
 from leakpipe.config.training import with_added_defaults, without_added_defaults
 from leakpipe.data.input_norm import NORM_NONE, check_norm
 from leakpipe.data.schema import leak_index
+from leakpipe.decision.calibration import IDENTITY, Calibration
 from leakpipe.decision.voting import VotingConfig
 from leakpipe.errors import DataError
 from leakpipe.files import save_torch_atomic
@@ -49,8 +55,11 @@ from leakpipe.scoring.batching import BatchLimits
 NETWORK_FORMAT = "leakpipe.network"
 NETWORK_VERSION = 1
 DETECTOR_FORMAT = "leakpipe.detector"
-DETECTOR_VERSION = 3
-READABLE_VERSIONS = {NETWORK_FORMAT: (1,), DETECTOR_FORMAT: (1, 2, 3)}
+DETECTOR_VERSION = 4
+READABLE_VERSIONS = {NETWORK_FORMAT: (1,), DETECTOR_FORMAT: (1, 2, 3, 4)}
+UNCALIBRATED_FILE = "written before detector files held a calibration (version 4)"
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -83,6 +92,17 @@ class Detector(Network):
     metrics: dict[str, float]
     batch_limits: BatchLimits | None = None   # scoring batch caps / memory margins (evaluate's)
     min_clip_fraction: float | None = None    # shortest usable recording, share of one clip
+    calibration: Calibration = IDENTITY       # rule score -> leak probability, fitted on val
+
+    def leak_prob(self, score: float) -> float:
+        """The reported leak probability of a rule score (decisions use the score itself)."""
+        return float(self.calibration.prob(score))
+
+    @property
+    def prob_threshold(self) -> float:
+        """The operating point as a probability: ``leak_prob(s) >= prob_threshold`` for every
+        score ``s >= threshold`` (the calibration is increasing)."""
+        return self.leak_prob(self.threshold)
 
 
 def with_operating_point(network: Network, **point: Any) -> Detector:
@@ -107,6 +127,7 @@ def save_detector(path: Path, detector: Detector) -> None:
         "batch_limits": (dataclasses.asdict(detector.batch_limits)
                          if detector.batch_limits is not None else None),
         "min_clip_fraction": detector.min_clip_fraction,
+        "calibration": detector.calibration.to_dict(),
     }, Path(path))
 
 
@@ -142,7 +163,19 @@ def load_detector(path: Path, map_location: str | torch.device = "cpu") -> Detec
         net, voting=VotingConfig(**raw["voting"]), threshold=float(raw["threshold"]),
         metrics=dict(raw["metrics"]),
         batch_limits=BatchLimits(**limits) if limits is not None else None,
-        min_clip_fraction=raw.get("min_clip_fraction"))
+        min_clip_fraction=raw.get("min_clip_fraction"), calibration=_calibration(raw, path))
+
+
+def _calibration(raw: dict[str, Any], path: Path) -> Calibration:
+    """The stored calibration; a file older than version 4 is uncalibrated (and says so)."""
+    if "calibration" not in raw:
+        log.warning("%s: %s; leak_prob is the rule's uncalibrated score (re-run evaluate to "
+                    "calibrate it)", path, UNCALIBRATED_FILE)
+        return Calibration(note=UNCALIBRATED_FILE)
+    try:
+        return Calibration.from_dict(raw["calibration"])
+    except (TypeError, ValueError, KeyError) as exc:
+        raise DataError(f"{path}: calibration: {exc}") from None
 
 
 def _read(path: Path, map_location: str | torch.device) -> dict[str, Any]:

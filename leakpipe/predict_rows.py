@@ -1,7 +1,10 @@
 """The rows of `leakpipe predict` (its CSV) and of the served detector: one per recording.
 
-A scored recording's row holds the rule's leak probability and decision, the share of long
-segments at or above the threshold, the long-segment timeline and how much of the model's band
+A scored recording's row holds the leak probability (the rule's score through the detector's
+calibration, ``leakpipe.decision.calibration``), the decision (taken on the score itself), the
+operating point on the same probability scale (``threshold``), the share of long segments at or
+above it, the long-segment timeline (the network's probabilities, uncalibrated: the calibration
+maps a recording's rule score, not single segments) and how much of the model's band
 the recording covers: ``band_hz`` is its own Nyquist frequency (sample_rate / 2) and
 ``band_limited`` is true when that lies below the model's ``fmax``, i.e. when the mel bands
 above ``band_hz`` see only the resampler's empty band rather than the pipe (a 4096 Hz logger
@@ -70,7 +73,7 @@ def result_row(prep: Prepared, starts_s: np.ndarray, seg_probs: np.ndarray,
     offsets = np.arange(seg_probs.shape[1]) * f.long_hop / f.sample_rate   # (L,)
     starts = (starts_s[:, None] + offsets[None, :]).reshape(-1)      # (clips * L,)
     return {**_rule_fields(detector), "path": str(prep.path), "status": STATUS_OK,
-            "leak_prob": round(score, DECIMALS),
+            "leak_prob": round(detector.leak_prob(score), DECIMALS),   # calibrated on val
             "decision": DECISION_NAMES[int(score >= detector.threshold)],
             "frac_long_over": round(float((long_probs >= detector.threshold).mean()), DECIMALS),
             "n_long": len(long_probs), "duration_s": round(prep.duration_s, DECIMALS),
@@ -86,5 +89,5 @@ def error_row(failed: Failed, detector: Detector) -> dict[str, Any]:
 
 def _rule_fields(detector: Detector) -> dict[str, Any]:
     voting = detector.voting
-    return {"threshold": detector.threshold, "rule": voting.rule,
+    return {"threshold": detector.prob_threshold, "rule": voting.rule,
             "prob_mode": voting.prob_mode, "vote_fraction": voting.vote_fraction}

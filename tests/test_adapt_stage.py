@@ -156,6 +156,7 @@ def test_a_round_that_worsens_val_is_rejected_and_the_previous_model_stands(
     kept = tmp_path / "work" / f"round-{r - 1:02d}" / "detector.pt"
     rejected = tmp_path / "work" / f"round-{r:02d}"
     assert file_sha256(tmp_path / "out" / "adapted_detector.pt") == file_sha256(kept)
+    assert load_detector(kept).calibration.method == "platt"   # refitted on val, as evaluate
     assert not (rejected / "network.pt").exists() and not (rejected / "detector.pt").exists()
     assert kept.stat().st_mtime_ns < min(p.stat().st_mtime_ns
                                          for p in (rejected / "checkpoints").iterdir())

@@ -172,7 +172,7 @@ def test_curves_are_drawn_point_by_point() -> None:
     curves = {path: props for entry in stages["evaluate"]["plots"] if isinstance(entry, dict)
               for path, props in entry.items() if props.get("x") != "actual"}
     assert set(curves) == {"plots/eval/roc.json", "plots/eval/pr.json",
-                           "plots/eval/threshold.json"}
+                           "plots/eval/threshold.json", "plots/eval/reliability.csv"}
     assert {path: props.get("template") for path, props in curves.items()} == dict.fromkeys(
         curves, "simple")
 

@@ -110,6 +110,7 @@ def test_threshold_is_chosen_on_val_only(project: Path, cfg: EvaluateConfig) -> 
     _relabel(test_path, np.where(labels == leak, 0, leak))     # every test label flipped
     flipped = _evaluate(project, cfg)
     assert flipped.point.threshold == base.point.threshold
+    assert flipped.calibration == base.calibration and base.calibration.method == "platt"
     assert flipped.point.rule == base.point.rule
     assert flipped.metrics["test/file_f1"] != base.metrics["test/file_f1"]
     val_path = project / "data" / "processed" / "val.h5"
@@ -221,6 +222,16 @@ def test_stage_writes_outputs_and_logs_to_mlflow(project: Path,
     assert len(confusion) == SPLIT_FILES["test"] and set(confusion[0]) == {"actual", "predicted"}
     assert set(json.loads((plots / "roc.json").read_text())[0]) == {"fpr", "tpr", "threshold"}
     assert len(json.loads((plots / "threshold.json").read_text())) == 97   # 0.02 .. 0.98
+    # leak_prob calibrated on val: the detector holds the map, eval.json judges it on test
+    assert saved.calibration.method == "platt"
+    assert metrics["eval/calibration_slope"] == pytest.approx(saved.calibration.slope)
+    assert metrics["eval/prob_threshold"] == pytest.approx(saved.prob_threshold)
+    for key in ("file_ece", "file_brier", "file_ece_uncalibrated", "file_brier_uncalibrated"):
+        assert 0.0 <= metrics[f"test/{key}"] <= 1.0, key
+    reliability = _read_csv(plots / "reliability.csv")
+    assert len(reliability) == 10
+    assert sum(int(r["count"]) for r in reliability) == SPLIT_FILES["test"]
+    assert sum(int(r["count_uncalibrated"]) for r in reliability) == SPLIT_FILES["test"]
 
     run = mlflow.search_runs(search_all_experiments=True,
                              filter_string=f"tags.`{tracking.TAG_STAGE}` = 'evaluate'",
@@ -231,8 +242,9 @@ def test_stage_writes_outputs_and_logs_to_mlflow(project: Path,
     artifacts = {a.path for a in mlflow.MlflowClient().list_artifacts(run.info.run_id,
                                                                       "evaluate")}
     for name in ("confusion_test.png", "roc_test.png", "pr_test.png", "threshold_val.png",
-                 "predictions.json", "predictions.csv", "eval.json"):
+                 "reliability_test.png", "predictions.json", "predictions.csv", "eval.json"):
         assert f"evaluate/{name}" in artifacts, name
+    assert run.data.metrics["test/file_ece"] == pytest.approx(metrics["test/file_ece"])
     logged = tracking.download_model(run.data.tags[tracking.TAG_DETECTOR_URI])
     assert load_detector(logged).threshold == saved.threshold
 

@@ -9,8 +9,10 @@
   with a fresh optimizer), with the round's epochs and learning rate, validating on the
   labelled val split every epoch; its checkpoint folder makes a killed round resume mid-way.
 - ``choose_on_val``: the operating point re-chosen on val with evaluate's criterion and the
-  `decision` rule (``select_operating_point``, the code evaluate runs), and the val figures
-  there: the figure a round must not worsen beyond ``adapt.tolerance``.
+  `decision` rule (``select_operating_point``, the code evaluate runs), the calibration of the
+  leak probability refitted there (``fit_platt``, as evaluate fits it: the adapted network's
+  scores are not the seed's, so neither is their map), and the val figures there: the figure
+  a round must not worsen beyond ``adapt.tolerance``.
 - ``rejection``: why a round is rejected (val file F1, and with ``adapt.check_guard`` the
   labelled field check set's file F1, more than ``tolerance`` below the previous accepted
   round's), or "" to accept it.
@@ -32,6 +34,7 @@ from leakpipe.config import DecisionConfig, EvaluateConfig, TrainConfig
 from leakpipe.data.reader import open_split
 from leakpipe.data.schema import leak_index
 from leakpipe.data.writer import SplitWriter
+from leakpipe.decision.calibration import fit_platt
 from leakpipe.decision.select import OperatingPoint, select_operating_point
 from leakpipe.decision.voting import VotingConfig, file_scores, threshold_grid
 from leakpipe.detector import Detector, Network, with_operating_point
@@ -156,7 +159,8 @@ class ValChoice:
 def choose_on_val(network: Network, val_path: Path, plan: Mapping[str, Any],
                   decision: DecisionConfig, evaluate: EvaluateConfig, runtime: Runtime,
                   min_clip_fraction: float) -> ValChoice:
-    """Score val, choose the operating point as evaluate does, the detector that results."""
+    """Score val, choose the operating point and fit the calibration as evaluate does, the
+    detector that results."""
     limits = batch_limits(plan, evaluate)
     batches = open_batches(val_path, plan["placement"], network.model_cfg, runtime.device,
                            limits, network.binary, network.input_norm)
@@ -179,7 +183,8 @@ def choose_on_val(network: Network, val_path: Path, plan: Mapping[str, Any],
                                      vote_fraction=point.vote_fraction),
         threshold=point.threshold,
         metrics={f"val/file_{k}": v for k, v in figures.items() if np.isfinite(v)},
-        batch_limits=limits, min_clip_fraction=min_clip_fraction)
+        batch_limits=limits, min_clip_fraction=min_clip_fraction,
+        calibration=fit_platt(file_score, truth))
     return ValChoice(detector, point, figures)
 
 

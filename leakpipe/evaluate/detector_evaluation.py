@@ -6,16 +6,21 @@
    `leakpipe predict` use too);
 2. choose the threshold (and with ``select_rule`` the rule) on val by the stated criterion
    (``select.select_operating_point``): the test split is not even opened yet;
-3. score the test split and apply that point unchanged: file / segment / per-class metrics
+3. fit the calibration of the rule's score on the val clips (Platt scaling,
+   ``leakpipe.decision.calibration``): what turns predict's ``leak_prob`` into a probability;
+4. score the test split and apply that point unchanged: file / segment / per-class metrics
    of both splits, each with its bootstrap interval over the split's recordings (val's are
-   in-sample for the threshold), prediction rows.
+   in-sample for the threshold), the test files' ECE and Brier score before and after the
+   calibration (``leakpipe.evaluate.reliability``), prediction rows.
 
 ``evaluation_figures`` draws the same plots as matplotlib figures for MLflow.
 ``write_outputs`` writes the DVC outputs atomically: `metrics/eval.json` (metric names nested
 at their slashes, as train's: DVC shows ``test/file_f1`` as ``test.file_f1``), the plot files,
-the predictions CSV and the detector file carrying the chosen operating point (what `leakpipe
-predict` uses), so the threshold that is reported is the one that is saved (a
-reported threshold that differs from the deployed one makes every reported figure wrong).
+the predictions CSV (its ``leak_prob`` is the rule's raw score, the scale of the threshold
+grid and of the ROC / PR thresholds) and the detector file carrying the chosen operating point
+and the calibration (what `leakpipe predict` uses), so the threshold that is reported is the
+one that is saved (a reported threshold that differs from the deployed one makes every
+reported figure wrong).
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from leakpipe.config import DecisionConfig, EvaluateConfig
 from leakpipe.constants import DECISION_NAMES, H5_CLIP_INDEX
 from leakpipe.data.reader import open_split
 from leakpipe.data.schema import task_labels
+from leakpipe.decision.calibration import Calibration, fit_platt
 from leakpipe.decision.metrics import diagnose
 from leakpipe.decision.select import OperatingPoint, select_operating_point
 from leakpipe.decision.voting import VotingConfig, file_scores, threshold_grid
@@ -46,6 +52,13 @@ from leakpipe.evaluate.plots import (
     curve_figure,
     plot_data,
     threshold_figure,
+)
+from leakpipe.evaluate.reliability import (
+    RELIABILITY_COLUMNS,
+    RELIABILITY_FILE,
+    calibration_figures,
+    reliability_figure,
+    reliability_rows,
 )
 from leakpipe.evaluate.split_metrics import Resampling, class_figures, split_figures
 from leakpipe.files import write_csv_atomic, write_json_atomic
@@ -87,6 +100,7 @@ class Evaluation:
     test: SplitResult
     metrics: dict[str, float]   # every numeric figure (eval.json and MLflow)
     info: dict[str, str]        # how the point was chosen (eval.json, MLflow params)
+    calibration: Calibration    # rule score -> leak probability, fitted on val
 
 
 @dataclass(frozen=True)
@@ -161,17 +175,23 @@ def evaluate_detector(network: Network, paths: Mapping[str, Path], plan: Mapping
         target=cfg.target, select_rule=cfg.select_rule)
     log.info("operating point chosen on val: %s at threshold %g (%s = %.4f)", point.rule,
              point.threshold, cfg.criterion, point.value)
-    test_table = read_file_table(paths[TEST], network)   # opened only after the choice
-    test_scores = _score(model, network, paths[TEST], setup, TEST)
     seg_threshold = decision.segment_threshold
     val = split_result(VAL, val_table, val_scores, point, cfg, seg_threshold, network.binary,
                        bootstrap=True)
+    calibration = fit_platt(val.file_score, val_table.truth)
+    log.info("leak_prob calibration fitted on val: %s", calibration.describe())
+    test_table = read_file_table(paths[TEST], network)   # opened only after the choices
+    test_scores = _score(model, network, paths[TEST], setup, TEST)
     test = split_result(TEST, test_table, test_scores, point, cfg, seg_threshold,
                         network.binary, bootstrap=True)
     info = {"eval/rule": point.rule, "eval/prob_mode": decision.prob_mode,
-            "eval/criterion": cfg.criterion, **_diagnoses(point, val, test)}
+            "eval/criterion": cfg.criterion, "eval/calibration": calibration.describe(),
+            **_diagnoses(point, val, test)}
+    metrics = {**_summary_metrics(point, val, test),
+               **calibration_figures(TEST, test_table.truth, test.file_score, calibration,
+                                     point.threshold)}
     return Evaluation(point=point, prob_mode=decision.prob_mode, val=val, test=test,
-                      metrics=_summary_metrics(point, val, test), info=info)
+                      metrics=metrics, info=info, calibration=calibration)
 
 
 def _diagnoses(point: OperatingPoint, *results: SplitResult) -> dict[str, str]:
@@ -239,7 +259,8 @@ def detector_of(evaluation: Evaluation, network: Network, limits: BatchLimits,
         threshold=point.threshold,
         metrics={k: evaluation.metrics[k] for k in DETECTOR_METRICS
                  if math.isfinite(evaluation.metrics.get(k, math.nan))},
-        batch_limits=limits, min_clip_fraction=min_clip_fraction)
+        batch_limits=limits, min_clip_fraction=min_clip_fraction,
+        calibration=evaluation.calibration)
 
 
 def write_outputs(evaluation: Evaluation, detector: Detector, *, metrics_path: Path,
@@ -251,6 +272,7 @@ def write_outputs(evaluation: Evaluation, detector: Detector, *, metrics_path: P
                      point.val_curve)
     for key, records in data.items():
         write_json_atomic(plots_dir / PLOT_FILES[key], records)
+    write_csv_atomic(plots_dir / RELIABILITY_FILE, _reliability(evaluation), RELIABILITY_COLUMNS)
     write_csv_atomic(predictions_path, test.rows())
     save_detector(detector_path, detector)
 
@@ -267,6 +289,8 @@ def evaluation_figures(evaluation: Evaluation) -> dict[str, Figure]:
                                           f"val files at {point.threshold:g}"),
         "threshold_val": threshold_figure(data["threshold"], point.threshold,
                                           f"val, rule {point.rule}"),
+        "reliability_test": reliability_figure(_reliability(evaluation), evaluation.metrics,
+                                               TEST, "test files: leak_prob reliability"),
     }
     if data["roc"]:
         figures["roc_test"] = curve_figure(data["roc"], "fpr", "tpr", "test files: ROC", True)
@@ -276,3 +300,8 @@ def evaluation_figures(evaluation: Evaluation) -> dict[str, Figure]:
         figures["class_confusion_test"] = confusion_figure(
             test.table.label, test.scores.class_probs.argmax(axis=1), names, "test files")
     return figures
+
+
+def _reliability(evaluation: Evaluation) -> list[dict[str, Any]]:
+    test = evaluation.test
+    return reliability_rows(test.table.truth, test.file_score, evaluation.calibration)

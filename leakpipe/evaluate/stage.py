@@ -8,8 +8,8 @@
    when MLflow knows one;
 3. ``evaluate_detector`` scores val, chooses the operating point there, scores test;
 4. the DVC outputs (metrics, plot files, predictions, the detector file) are written atomically,
-   then the same figures, the confusion / ROC / PR / threshold plots, the predictions table and
-   the detector are logged to the run;
+   then the same figures, the confusion / ROC / PR / threshold / reliability plots, the
+   predictions table and the detector are logged to the run;
 5. with ``evaluate.registered_model`` set, the logged detector becomes a new version of that
    registered model, tagged with this run, its commit and its test F1, and the alias
    ``candidate`` moves to it: `leakpipe promote` decides whether it becomes ``champion``.
@@ -113,7 +113,7 @@ def _log_evaluation(run: Tracker, evaluation: Evaluation, paths: EvaluatePaths) 
                   f"{STAGE}/predictions.json")
     run.log_artifact(paths.predictions, STAGE)
     run.log_artifact(paths.metrics, STAGE)
-    for path in sorted(paths.plots_dir.glob("*.json")):
+    for path in sorted([*paths.plots_dir.glob("*.json"), *paths.plots_dir.glob("*.csv")]):
         run.log_artifact(path, f"{STAGE}/plots")
     if run.run_id is None:
         return None
