@@ -269,7 +269,7 @@ def run_build(params: Path, source: Path | None, out_dir: Path, report_path: Pat
             write_json_atomic(failed, exc.report.to_dict())
             raise BuildFailed(exc.report, f"{exc} (full list: {failed})") from None
         info = report.to_dict()
-        run.set_tags({tracking.TAG_DATA: _short_digest(info["sha256"])})
+        run.set_tags({tracking.TAG_DATA: tracking.split_digests(info["sha256"])})
         run.log_metrics({"build/recordings": info["n_recordings"],
                          "build/unusable": info["n_unusable"],
                          "build/flagged": info["n_flagged"],
@@ -283,6 +283,3 @@ def run_build(params: Path, source: Path | None, out_dir: Path, report_path: Pat
              info["n_unusable"])
     return 0
 
-
-def _short_digest(digests: dict[str, str]) -> str:
-    return "-".join(f"{split}:{digest[:12]}" for split, digest in sorted(digests.items()))

@@ -6,16 +6,19 @@ import dataclasses
 import json
 from pathlib import Path
 
+import mlflow
 import numpy as np
 import pytest
 import soundfile as sf
 
+from leakpipe import tracking
 from leakpipe.build import BuildFailed, build, select_classes
 from leakpipe.cli import main
 from leakpipe.data import open_split
 from leakpipe.data.manifest import Recording, discover
 from leakpipe.errors import DataError
 from leakpipe.features.mel import clip_features
+from leakpipe.files import file_sha256
 
 CLASSES = ("LEAK", "NORMAL", "BACKGROUND")
 
@@ -155,6 +158,9 @@ def test_cli_failure_writes_failed_report_only(tmp_path: Path, recordings: Path,
     assert not report.exists()
     failed = json.loads(report.with_name("build.failed.json").read_text())
     assert failed["n_unusable"] == 3
+    (run,) = _runs(mlflow_store)                # the FAILED run says why, in the CLI's words
+    assert run.info.status == "FAILED"
+    assert run.data.tags[tracking.TAG_ERROR] == errors[0].removeprefix("error: ")
 
 
 def test_manifest_errors_name_file_and_column(tmp_path: Path) -> None:
@@ -232,6 +238,15 @@ def test_cli_group_by_file_overrides_the_param(tmp_path: Path, mlflow_store: str
     assert code == 0
     with open_split(out / "train.h5") as reader:
         assert list(reader.groups) == list(reader.recording_ids)  # every file its own group
+    (run,) = _runs(mlflow_store)                # each split file's sha256, named with its split
+    sha = {split: file_sha256(out / f"{split}.h5") for split in ("train", "val", "test")}
+    assert run.data.tags[tracking.TAG_DATA] == (
+        f"test:{sha['test']},train:{sha['train']},val:{sha['val']}")
+
+
+def _runs(uri: str) -> list:
+    client = mlflow.MlflowClient(tracking_uri=uri)
+    return client.search_runs([e.experiment_id for e in client.search_experiments()])
 
 
 def _one_bad(root: Path, name: str, pcm: np.ndarray) -> Path:

@@ -81,6 +81,16 @@ def test_the_stamp_holds_the_sha256_of_each_file_validate_passed(
     assert require_validated(stamp, ws.data) == {s: file_sha256(p) for s, p in ws.data.items()}
 
 
+def test_the_validate_run_names_each_files_sha256_with_its_split(
+        validated: tuple[Workspace, Path]) -> None:
+    ws, stamp = validated
+    (run,) = _runs(f"sqlite:///{stamp.parent.parent / 'validate-mlflow' / 'mlflow.db'}")
+    sha = {split: file_sha256(path) for split, path in ws.data.items()}
+    assert run.data.tags[tracking.TAG_DATA] == ",".join(f"{s}:{sha[s]}" for s in sorted(sha))
+    assert {d.dataset.name: d.dataset.digest for d in run.inputs.dataset_inputs} == {
+        split: digest[:12] for split, digest in sha.items()}
+
+
 def test_train_refuses_a_split_edited_after_validation(
         validated: tuple[Workspace, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
@@ -109,6 +119,11 @@ def test_train_on_validated_splits_runs_untagged(validated: tuple[Workspace, Pat
     assert ws.model.is_file()
     (run,) = _runs(uri)
     assert tracking.TAG_UNVALIDATED not in run.data.tags
+    # one digest per file, named with its split: the sha256 validate stamped (the tag) and its
+    # first 12 hex digits (the datasets); no other digest of the data among the params
+    sha = {split: file_sha256(path) for split, path in ws.data.items()}
+    assert run.data.tags[tracking.TAG_DATA] == f"train:{sha['train']},val:{sha['val']}"
+    assert not [key for key in run.data.params if key.startswith("data.")]
     # the splits are the run's datasets, named, with their content hash and path
     inputs = {d.dataset.name: d for d in run.inputs.dataset_inputs}
     assert set(inputs) == {"train", "val"}

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from leakpipe.errors import DataError
 from leakpipe.files import file_sha256
-from leakpipe.tracking.names import DATASET_CONTEXT, TAG_UNVALIDATED
+from leakpipe.tracking.names import DATASET_CONTEXT, TAG_DATA, TAG_UNVALIDATED, split_digests
 
 if TYPE_CHECKING:
     from leakpipe.tracking import Tracker
@@ -74,8 +74,9 @@ def require_validated(path: Path, splits: Mapping[str, Path]) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class SplitTrust:
-    """How a stage came to trust its splits: the MLflow tags that record it and the sha256 of
-    each split file (logged as the run's datasets)."""
+    """How a stage came to trust its splits: the MLflow tags that record it (each file's
+    sha256 named with its split, ``--unvalidated``) and the sha256 of each split file (logged
+    as the run's datasets)."""
 
     tags: dict[str, str]
     sha256: dict[str, str]
@@ -93,6 +94,7 @@ def trust_splits(stamp: Path | None, splits: Mapping[str, Path]) -> SplitTrust:
     if stamp is None:
         log.warning("%s: not checked against a validation stamp (--unvalidated); the run is "
                     "tagged %s", ", ".join(str(p) for p in splits.values()), TAG_UNVALIDATED)
-        return SplitTrust({TAG_UNVALIDATED: "true"},
-                          {split: file_sha256(path) for split, path in splits.items()})
-    return SplitTrust({}, require_validated(stamp, splits))
+        sha256 = {split: file_sha256(path) for split, path in splits.items()}
+        return SplitTrust({TAG_UNVALIDATED: "true", TAG_DATA: split_digests(sha256)}, sha256)
+    sha256 = require_validated(stamp, splits)
+    return SplitTrust({TAG_DATA: split_digests(sha256)}, sha256)

@@ -59,6 +59,7 @@ from leakpipe.tracking.names import (
     TAG_TEST_SHA256,
     TAG_TRAIN_RUN,
     TAG_UNVALIDATED,
+    split_digests,
 )
 from leakpipe.tracking.runs import (
     artifact_root,
@@ -123,6 +124,7 @@ __all__ = [
     "scratch_dir",
     "set_alias",
     "set_version_tags",
+    "split_digests",
     "start_run",
     "tracking_uri",
 ]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 DEFAULT_EXPERIMENT = "leakpipe"
 # MLflow 3 opens an experiment in one of two modes: GenAI (traces overview, agent versions) or
 # model training (runs, models). The experiment's kind tag records which one this is; its value
@@ -12,7 +14,7 @@ EXPERIMENT_KIND = "custom_model_development"
 # from this URL parameter, which wins over it: the URLs leakpipe prints carry it.
 UI_MODE_QUERY = "workflowType=machine_learning"
 TAG_STAGE = "leakpipe.stage"
-TAG_DATA = "leakpipe.data_checksum"
+TAG_DATA = "leakpipe.data_checksum"   # the split files a run read or wrote: split_digests
 DVC_ENV_TAGS = {"DVC_EXP_NAME": "dvc.exp_name", "DVC_EXP_BASELINE_REV": "dvc.baseline_rev"}
 TAG_GIT_COMMIT = "mlflow.source.git.commit"
 MODEL_NAME = "model"                 # artifact name of a network logged with log_model
@@ -28,7 +30,7 @@ RUN_NAME_TAG = "mlflow.runName"
 PARENT_RUN_TAG = "mlflow.parentRunId"        # the UI nests a run under this run
 DESCRIPTION_TAG = "mlflow.note.content"      # the run's description in the UI
 PARAMS_DIGEST_CHARS = 7
-DATASET_DIGEST_CHARS = 12
+DATASET_DIGEST_CHARS = 12   # a run's MLflow dataset shows the file's sha256 cut to this
 DATASET_CONTEXT = {"train": "training", "val": "validation", "test": "testing"}
 
 # The model registry: evaluate registers each detector it logs as a new version of the
@@ -42,3 +44,15 @@ TAG_TEST_SHA256 = "leakpipe.test_sha256"         # on a version: the test split 
 TAG_PROMOTE_RUN = "leakpipe.promote_run_id"      # on a version: the promote run that crowned it
 TAG_REGISTERED_VERSION = "leakpipe.registered_version"  # on an evaluate run: "<name>/<version>"
 VERSION_SOURCE_TAGS = (TAG_GIT_COMMIT, "dvc.exp_name", "dvc.baseline_rev", TAG_UNVALIDATED)
+
+
+def split_digests(sha256: Mapping[str, str]) -> str:
+    """The ``TAG_DATA`` value: each split file's sha256 named with its split, ``test:<sha256>,
+    train:<sha256>,val:<sha256>`` (sorted by split).
+
+    One digest per file everywhere: the sha256 `build` reports, `validate` stamps and every
+    consumer checks; a run's MLflow dataset of the split shows the same hash's first
+    ``DATASET_DIGEST_CHARS`` hex digits (MLflow caps a dataset digest at 36 characters), so
+    ``tags.`leakpipe.data_checksum` LIKE '%train:<those digits>%'`` finds every run on a file.
+    """
+    return ",".join(f"{split}:{sha256[split]}" for split in sorted(sha256))

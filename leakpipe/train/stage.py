@@ -140,7 +140,7 @@ def _run_stage(paths: TrainPaths, cfgs: TrainSections, runtime: Runtime, dist: D
                             rank=dist.rank,
                             world_size=dist.world_size, local_world_size=dist.local_world_size)
     try:
-        with _tracker(cfgs.monitor, dist, data, trust.tags) as tracker:
+        with _tracker(cfgs.monitor, dist, trust.tags) as tracker:
             trust.log_datasets(tracker, splits)
             tracker.log_params(run_params(cfgs, plan, data, dist))
             result = _fit(paths, cfgs, runtime, dist, stop, progress, data, tracker)
@@ -150,12 +150,13 @@ def _run_stage(paths: TrainPaths, cfgs: TrainSections, runtime: Runtime, dist: D
         data.close()
 
 
-def _tracker(cfg: MonitorConfig, dist: Distributed, data: TrainingData,
+def _tracker(cfg: MonitorConfig, dist: Distributed,
              tags: dict[str, str]) -> contextlib.AbstractContextManager[Tracker]:
+    """Rank 0's run, tagged with how the splits were trusted: each file's sha256 by split,
+    the one digest every stage shows (``split_fingerprint`` stays the checkpoints' own)."""
     if not dist.is_main:
         return contextlib.nullcontext(NullTracker())
-    checksum = ",".join(f"{split}:{digest}" for split, digest in sorted(data.data_id.items()))
-    return tracking.start_run(STAGE, tags={tracking.TAG_DATA: checksum, **tags},
+    return tracking.start_run(STAGE, tags=tags,
                               system_metrics=cfg.mlflow_system_metrics,
                               system_metrics_interval_s=cfg.mlflow_interval_s)
 
@@ -170,7 +171,6 @@ def run_params(cfgs: TrainSections, plan: dict[str, Any], data: TrainingData,
                     "planned_device": plan.get("device", ""), "dtype": plan["dtype"],
                     "buffer_chunks": plan["stream"]["buffer_chunks"],
                     "batch_size_max": plan.get("batch_size", {}).get("max", "")},
-        "data": data.data_id,
         "dist": {"world_size": dist.world_size, "backend": dist.backend or "none"},
     }
 

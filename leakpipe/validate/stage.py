@@ -48,9 +48,7 @@ def run_validate(splits: Mapping[str, Path], outputs: ValidateOutputs, params: P
     sha256 = {split: file_sha256(path) for split, path in splits.items() if path.is_file()}
     report = validate_splits(splits, cfg, progress=progress)
     json_path, html_path = write_outputs(report, outputs, sha256)
-    checksums = [info.get("checksum") or "" for info in report.splits.values()]
-    tags = {tracking.TAG_DATA: ",".join(checksums)} if all(checksums) else {}
-    with tracking.start_run(STAGE, tags=tags) as run:
+    with tracking.start_run(STAGE, tags={tracking.TAG_DATA: tracking.split_digests(sha256)}) as run:
         for split, digest in sha256.items():
             run.log_dataset(splits[split], split, digest,
                             tracking.DATASET_CONTEXT.get(split, split))
