@@ -1,0 +1,88 @@
+"""``run_explain``: `leakpipe explain REC... [--model PATH_OR_URI] --out DIR`.
+
+Per recording ``DIR/<stem>.png`` (``figure``) and ``DIR/<stem>.json`` (the same numbers), each
+written atomically (two recordings with one stem get ``<stem>-2``, ...). The detector, its
+scoring rules, the runtime and the batch size come from predict's own functions, so the
+unoccluded scores are predict's. A recording that cannot be read gets one line naming it and
+its reason; the others are still explained, and the exit code is then 3 (data).
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from leakpipe.allocator import retain_freed_memory
+from leakpipe.constants import DECISION_NAMES
+from leakpipe.errors import DataError
+from leakpipe.explain.figure import explanation_figure
+from leakpipe.explain.occlusion import FILLS
+from leakpipe.explain.recording import Explanation, explain_recording, to_json
+from leakpipe.files import json_text, os_problem, write_bytes_atomic, write_text_atomic
+from leakpipe.predict import batch_budget, find_recordings, load, scoring_rules
+from leakpipe.runtime import make_runtime
+
+log = logging.getLogger(__name__)
+
+DPI = 110
+
+
+def run_explain(paths: Sequence[Path], model: str, out: Path, params: Path, *,
+                device: str = "auto", bands_per_group: int = 4, fill: str = "floor") -> int:
+    """The whole command; returns the exit code (0, or 3 when a recording was unreadable)."""
+    if fill not in FILLS:
+        raise DataError(f"--fill: {fill!r} is not one of {list(FILLS)}")
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise DataError(f"{out}: exists and is not a folder (--out names a folder)")
+    runtime = make_runtime(device, "auto", device_key="--device")
+    retain_freed_memory()
+    detector = load(model)
+    if bands_per_group > detector.features.n_mels:
+        raise DataError(f"--bands-per-group: {bands_per_group} is more than the model's "
+                        f"{detector.features.n_mels} mel bands")
+    rules = scoring_rules(detector, params)
+    net = detector.inference_model().to(runtime.device)
+    budget = batch_budget(detector, rules, runtime)
+    stems: dict[str, int] = {}
+    failed = 0
+    for path in find_recordings(paths):
+        try:
+            ex = explain_recording(path, detector, net, runtime=runtime, budget=budget,
+                                   min_fraction=rules.min_clip_fraction,
+                                   bands_per_group=bands_per_group, fill=fill)
+        except DataError as exc:
+            failed += 1
+            print(f"error: {exc}", file=sys.stderr)
+            continue
+        except OSError as exc:
+            failed += 1
+            print(f"error: {path}: {os_problem(path, exc)}", file=sys.stderr)
+            continue
+        stem = _unique(path.stem, stems)
+        png = io.BytesIO()
+        explanation_figure(ex).savefig(png, format="png", dpi=DPI)
+        out.mkdir(parents=True, exist_ok=True)
+        write_bytes_atomic(out / f"{stem}.png", png.getvalue())
+        write_text_atomic(out / f"{stem}.json", json_text(to_json(ex)))
+        print(f"explain: {path}: {ex.decision} (score {ex.score:.3f}, threshold "
+              f"{detector.threshold:g}); {_top(ex)} -> {out / stem}.png, .json")
+    return 3 if failed else 0
+
+
+def _top(ex: Explanation) -> str:
+    """The band group that most pushed the call the way it went."""
+    side = ex.towards_leak if ex.decision == DECISION_NAMES[1] else ex.towards_noleak
+    if not side:
+        return "no band group pushed it that way"
+    g = side[0]
+    return f"most from {ex.groups[g].label} (score {ex.scores_without[g]:.3f} without it)"
+
+
+def _unique(stem: str, seen: dict[str, int]) -> str:
+    """``stem``, or ``stem-2``, ``stem-3``, ... for the second, third recording so named."""
+    seen[stem] = seen.get(stem, 0) + 1
+    return stem if seen[stem] == 1 else f"{stem}-{seen[stem]}"
