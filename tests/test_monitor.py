@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from leakpipe.config import MonitorConfig
-from leakpipe.monitor.artifact import write_profile
+from leakpipe.monitor.artifact import profile_title, write_profile
 from leakpipe.monitor.probe import TrainMonitor
 from leakpipe.monitor.steps import Step, StepProfiler, profile_steps
 from leakpipe.monitor.system import VISIBLE_DEVICES, GpuSample, Nvml, SystemSample, SystemSampler
@@ -177,3 +177,21 @@ def _run_monitor(sampler: SystemSampler, folder: Path) -> dict:
     profile = json.loads(json_path.read_text())
     assert len(profile["steps"]["seconds"]) == 20 and profile["epochs"][0]["steps"] == 20
     return profile
+
+
+def _profile(device: str | None, gpus: tuple[int, ...], note: str) -> dict:
+    sample = {"t": 0.0, "gpus": [{"index": i} for i in gpus]}
+    return {"samples": [sample], "gpu": note, **({"device": device} if device else {})}
+
+
+def test_the_profile_title_says_what_ran_where() -> None:
+    missing = "NVML unavailable (NVML Shared Library Not Found)"
+    assert profile_title(_profile("cpu", (), missing)) == "train profile: CPU run (no GPU)"
+    assert profile_title(_profile("cuda", (0, 1), "sampled")) == (
+        "train profile: CUDA run, GPU 0, 1 sampled")
+    assert profile_title(_profile("cpu", (0,), "sampled")) == (   # a GPU there, CPU chosen
+        "train profile: CPU run, GPU 0 sampled")
+    assert profile_title(_profile("cuda", (), "nvidia-ml-py not installed")) == (
+        "train profile: CUDA run, no GPU sampled (nvidia-ml-py not installed)")
+    assert profile_title(_profile(None, (), missing)) == (        # a profile from before
+        f"train profile: device not recorded, no GPU sampled ({missing})")

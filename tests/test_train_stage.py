@@ -33,6 +33,7 @@ from leakpipe.data.reader import open_split
 from leakpipe.data.writer import SplitWriter
 from leakpipe.detector import load_detector, load_network
 from leakpipe.errors import DataError
+from leakpipe.monitor.artifact import profile_title
 from leakpipe.preload import Budget, plan_training, read_shapes
 from leakpipe.preload.plan import read_plan
 from leakpipe.train import checkpoint as ck
@@ -230,6 +231,10 @@ def test_mlflow_run_holds_params_epochs_artifacts_and_model(trained: Trained) ->
     files = _artifacts(client, run.info.run_id)
     assert {"train/confusion.json", "train/confusion.png", "profile/profile.json",
             "profile/profile.png", "train/train.json", "train/history.csv"} <= files
+    profile = json.loads(Path(client.download_artifacts(
+        run.info.run_id, "profile/profile.json", str(trained.ws.root))).read_text())
+    assert profile["device"] == "cpu"                    # the figure's title: "CPU run ..."
+    assert profile_title(profile).startswith("train profile: CPU run")
 
 
 def test_confusion_artifact_is_the_best_epochs(trained: Trained) -> None:

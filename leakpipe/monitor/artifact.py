@@ -1,7 +1,8 @@
 """The profile artifact: ``TrainMonitor.profile()`` as profile.json plus a profile.png plot.
 
 The plot has three panels against time: utilisation (CPU, each GPU), memory (process RSS, each
-GPU) and step time / data wait with the spikes marked. matplotlib is imported on first use,
+GPU) and step time / data wait with the spikes marked; its title says the device the run
+trained on and the GPUs sampled (``profile_title``). matplotlib is imported on first use,
 with the Agg backend, so the plot needs no display.
 """
 
@@ -40,11 +41,26 @@ def plot_profile(profile: dict[str, Any], path: Path) -> None:
         _plot_system(profile["samples"], util, mem)
         _plot_steps(profile, steps)
         steps.set_xlabel("seconds since start")
-        fig.suptitle(f"train profile (GPU: {profile['gpu']})")
+        fig.suptitle(profile_title(profile))
         fig.tight_layout()
         fig.savefig(path, dpi=FIGURE_DPI)
     finally:
         plt.close(fig)
+
+
+def profile_title(profile: dict[str, Any]) -> str:
+    """What ran where, in words: "CPU run (no GPU)" on a machine without one, rather than
+    NVML's reason for finding none (which reads like an error); the GPUs sampled, or why none
+    was, when the run had a device other than the CPU. ``device`` is the torch device type the
+    run trained on (absent in profiles written before it was recorded)."""
+    gpus = sorted({g["index"] for s in profile["samples"] for g in s["gpus"]})
+    device = str(profile.get("device", ""))
+    run = f"{device.upper()} run" if device else "device not recorded"
+    if gpus:
+        return f"train profile: {run}, GPU {', '.join(str(i) for i in gpus)} sampled"
+    if device == "cpu":
+        return "train profile: CPU run (no GPU)"
+    return f"train profile: {run}, no GPU sampled ({profile['gpu']})"
 
 
 def _plot_system(samples: list[dict[str, Any]], util: Any, mem: Any) -> None:

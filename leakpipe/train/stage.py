@@ -192,9 +192,9 @@ def _fit(paths: TrainPaths, cfgs: TrainSections, runtime: Runtime, dist: Distrib
                          tracker=tracker, checkpoint_dir=paths.checkpoints,
                          features=data.features.to_dict(), options=options)
     except StopRequested:
-        _log_profile(tracker, probe)
+        _log_profile(tracker, probe, runtime.device.type)
         raise
-    _log_profile(tracker, probe)
+    _log_profile(tracker, probe, runtime.device.type)
     _log_earlier_epochs(tracker, result)
     if dist.any(stop.requested()):    # the signal came during the last validation
         # the re-run resumes from the last epoch checkpoint, not from best.pt
@@ -225,11 +225,13 @@ def _follow_previous_run(tracker: Tracker, directory: Path) -> None:
     write_text_atomic(marker, tracker.run_id + "\n")
 
 
-def _log_profile(tracker: Tracker, probe: TrainMonitor | None) -> None:
+def _log_profile(tracker: Tracker, probe: TrainMonitor | None, device: str) -> None:
+    """The profile artifact, with the device type the run trained on (its figure's title
+    says "CPU run (no GPU)" rather than why NVML found no GPU)."""
     if probe is None:
         return
     with tracking.scratch_dir() as folder:
-        for path in write_profile(probe.profile(), folder):
+        for path in write_profile({**probe.profile(), "device": device}, folder):
             tracker.log_artifact(path, "profile")
 
 
