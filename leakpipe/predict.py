@@ -8,28 +8,29 @@ a recording are then voted on together with the detector's rule and threshold: o
 recording with the leak probability (the rule's score: LEAK <=> score >= threshold), the
 decision, the rule, the share of long segments at or above the threshold, whether the
 recording's band is narrower than the model's (``band_hz``, ``band_limited``) and the
-long-segment probabilities over time (a timeline). A recording that cannot be read gets a row
-with its reason in ``notes``. The rows are made in ``leakpipe.predict_rows``.
+long-segment probabilities over time (a timeline, in time order with each segment's clip). A
+recording that cannot be read gets a row with its reason in ``notes``. The rows, and the two
+CSV files they go to (one short line per recording; the timeline beside it, one line per long
+segment), are made in ``leakpipe.predict_rows``.
 
 ``run_predict`` is what `leakpipe predict` calls: the runtime, the detector (a file or an
 MLflow model URI), its scoring rules, ``predict``, one summary line. ``score_recordings`` gives
 the rows of files or of in-memory waveforms: the served detector (``leakpipe.serve``) uses it.
 
 Recordings are scored in batches of many recordings up to a segment budget sized from free
-memory; rows are appended (and flushed) after every batch, so ``resume`` continues an
-interrupted run by skipping the recordings already in the output. A recording is decoded block
-by block and turned into features a batch's worth of clips at a time (``prepare``), so a long
-one is scored in parts and only its probabilities are kept until its row is written: memory
-does not grow with its length beyond those (clips x long x short float32 values).
+memory; rows and timelines are appended (and flushed) after every batch, so ``resume``
+continues an interrupted run by skipping the recordings already in the output. A recording is
+decoded block by block and turned into features a batch's worth of clips at a time
+(``prepare``), so a long one is scored in parts and only its probabilities are kept until its
+row is written: memory does not grow with its length beyond those (clips x long x short
+float32 values).
 """
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import logging
 import math
-import sys
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -50,15 +51,17 @@ from leakpipe.constants import AUDIO_SUFFIXES, DECISION_NAMES
 from leakpipe.detector import Detector, load_detector
 from leakpipe.errors import DataError
 from leakpipe.features.mel import clip_features
-from leakpipe.files import csv_text, listed_entries, os_problem, write_text_atomic
-from leakpipe.predict_rows import (  # the rows, here too for the callers of predict
-    COLUMNS,
+from leakpipe.files import listed_entries, os_problem
+from leakpipe.predict_rows import (  # the rows and files, here too for the callers of predict
     STATUS_ERROR,
-    STATUS_OK,
     Failed,
+    OutputWriter,
     Prepared,
+    completed_rows,
     error_row,
     result_row,
+    start_outputs,
+    timeline_path,
 )
 from leakpipe.runtime import Runtime, make_runtime
 from leakpipe.scoring.batching import BatchLimits, array_batches, batch_segments
@@ -181,56 +184,29 @@ def score_segments(detector: Detector, model: nn.Module, mel: np.ndarray, runtim
                          runtime=runtime).seg_probs
 
 
-# -- output file ---------------------------------------------------------------------------------
-
-def completed_rows(path: Path) -> list[dict[str, str]]:
-    """Whole rows of an earlier output (a line cut off by a crash is dropped). The csv field
-    limit (128 KiB) is lifted while reading: a day-long recording's timeline is several MB."""
-    if not path.is_file():
-        return []
-    limit = csv.field_size_limit(sys.maxsize)
-    try:
-        with path.open(newline="") as handle:
-            reader = csv.DictReader(handle)
-            if tuple(reader.fieldnames or ()) != COLUMNS:
-                raise DataError(f"{path}: not a `leakpipe predict` output (columns differ); "
-                                "choose another --out or drop --resume")
-            rows = list(reader)
-    finally:
-        csv.field_size_limit(limit)
-    return [row for row in rows if None not in row.values() and row["status"] in
-            (STATUS_OK, STATUS_ERROR)]
-
-
-def _start_output(path: Path, rows: list[dict[str, str]]) -> None:
-    """Rewrite ``path`` atomically with its header and ``rows`` (kept from a resumed run)."""
-    write_text_atomic(path, csv_text(rows, COLUMNS))
-
-
 # -- the run ---------------------------------------------------------------------------------
 
 def predict(paths: Sequence[Path], detector: Detector, out: Path, *, runtime: Runtime,
             rules: ScoringRules, resume: bool = False, progress: bool = True,
             max_batch_segments: int | None = None) -> PredictSummary:
-    """Score every recording under ``paths`` into the CSV ``out``.
+    """Score every recording under ``paths`` into the CSV ``out`` and its timeline CSV
+    (``timeline_path(out)``).
 
     ``max_batch_segments`` overrides the rules' cap on segments per forward pass.
     """
     start = time.perf_counter()
-    kept = completed_rows(out) if resume else []
+    kept, kept_timeline = completed_rows(out) if resume else ([], [])
     done = {row["path"] for row in kept}
     todo = [p for p in find_recordings(paths) if str(p) not in done]
-    _start_output(out, kept)
+    start_outputs(out, kept, kept_timeline)
     model = detector.inference_model().to(runtime.device)
     budget = batch_budget(detector, rules, runtime, max_batch_segments)
     counts = {"written": 0, "errors": 0, "leaks": 0}
-    with out.open("a", newline="") as handle, \
+    with OutputWriter(out) as writer, \
             tqdm(total=len(todo), desc="predict", unit="rec", disable=not progress) as bar:
-        writer = csv.DictWriter(handle, fieldnames=COLUMNS, lineterminator="\n")
         for finished in score_recordings(todo, detector, model, runtime=runtime, budget=budget,
                                          min_fraction=rules.min_clip_fraction):
-            writer.writerows(finished)
-            handle.flush()
+            writer.write(finished)
             _count(counts, finished)
             bar.update(len(finished))
     return PredictSummary(written=counts["written"], skipped=len(done), errors=counts["errors"],
@@ -347,5 +323,6 @@ def run_predict(paths: Sequence[Path], model: str, out: Path, params: Path, *,
                       progress=progress, max_batch_segments=max_batch_segments)
     print(f"predict: {summary.written} recordings ({summary.leaks} LEAK, {summary.errors} "
           f"unreadable, {summary.skipped} kept from before) in {summary.seconds:.1f} s -> "
-          f"{out} (rule {detector.voting.rule}, threshold {detector.threshold:g})")
+          f"{out}, timeline {timeline_path(out)} (rule {detector.voting.rule}, threshold "
+          f"{detector.threshold:g})")
     return 0

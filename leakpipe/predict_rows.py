@@ -10,12 +10,24 @@ the recording covers: ``band_hz`` is its own Nyquist frequency (sample_rate / 2)
 above ``band_hz`` see only the resampler's empty band rather than the pipe (a 4096 Hz logger
 under the default 8192 Hz model: the 18 of 64 bands centred above 2048 Hz). A recording that
 cannot be used gets an error row: its reason in ``notes``, no figures.
+
+The timeline is three lists in time order, one entry per long segment: its start in seconds
+from the recording's start, the clip it belongs to (clips are numbered 0, 1, ... from the
+start; two clips of a short recording overlap, so one instant can appear twice, once per clip)
+and its leak probability. The served detector answers the lists as they are; `leakpipe
+predict` writes the row without them (``CSV_COLUMNS``: one short line per recording) and the
+timeline to a second CSV with one line per long segment (``timeline_rows``), so a reader of the
+decisions never scrolls past hundreds of numbers.
 """
 
 from __future__ import annotations
 
+import csv
+from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import TracebackType
 from typing import Any
 
 import numpy as np
@@ -23,13 +35,19 @@ import numpy as np
 from leakpipe.constants import DECISION_NAMES
 from leakpipe.decision.voting import file_scores, long_segment_probs
 from leakpipe.detector import Detector
+from leakpipe.errors import DataError
+from leakpipe.files import csv_text, write_text_atomic
 
-__all__ = ["COLUMNS", "DECIMALS", "STATUS_ERROR", "STATUS_OK", "Failed", "Prepared", "error_row",
-           "result_row"]
+__all__ = ["COLUMNS", "CSV_COLUMNS", "DECIMALS", "STATUS_ERROR", "STATUS_OK", "TIMELINE",
+           "TIMELINE_COLUMNS", "Failed", "OutputWriter", "Prepared", "completed_rows",
+           "error_row", "result_row", "start_outputs", "timeline_path", "timeline_rows"]
 
+TIMELINE = ("long_starts_s", "long_clips", "long_probs")   # lists in the row, time order
 COLUMNS = ("path", "status", "leak_prob", "decision", "threshold", "rule", "prob_mode",
            "vote_fraction", "frac_long_over", "n_long", "duration_s", "band_hz", "band_limited",
-           "long_starts_s", "long_probs", "notes")
+           *TIMELINE, "notes")
+CSV_COLUMNS = tuple(c for c in COLUMNS if c not in TIMELINE)   # predict's CSV: one per recording
+TIMELINE_COLUMNS = ("path", "clip", "start_s", "long_prob")    # its timeline CSV: one per segment
 STATUS_OK, STATUS_ERROR = "ok", "error"
 DECIMALS = 4               # probabilities and times in the CSV
 
@@ -58,10 +76,6 @@ class Failed:
     reason: str
 
 
-def _fmt(values: np.ndarray) -> str:
-    return " ".join(f"{v:.{DECIMALS}f}" for v in values)
-
-
 def result_row(prep: Prepared, starts_s: np.ndarray, seg_probs: np.ndarray,
                detector: Detector) -> dict[str, Any]:
     """The row of ``prep``'s recording from the (clips,) starts and (clips, L, S) probabilities
@@ -71,23 +85,108 @@ def result_row(prep: Prepared, starts_s: np.ndarray, seg_probs: np.ndarray,
     score = float(file_scores(probs, voting.rule, voting.vote_fraction)[0])
     long_probs = long_segment_probs(probs)[0]                        # (clips * L,)
     offsets = np.arange(seg_probs.shape[1]) * f.long_hop / f.sample_rate   # (L,)
-    starts = (starts_s[:, None] + offsets[None, :]).reshape(-1)      # (clips * L,)
+    starts = np.round(starts_s[:, None] + offsets[None, :], DECIMALS).reshape(-1)  # (clips * L,)
+    clips = np.repeat(np.arange(seg_probs.shape[0]), seg_probs.shape[1])  # (clips * L,)
+    order = np.argsort(starts, kind="stable")       # time order; one instant: lower clip first
     return {**_rule_fields(detector), "path": str(prep.path), "status": STATUS_OK,
             "leak_prob": round(detector.leak_prob(score), DECIMALS),   # calibrated on val
             "decision": DECISION_NAMES[int(score >= detector.threshold)],
             "frac_long_over": round(float((long_probs >= detector.threshold).mean()), DECIMALS),
             "n_long": len(long_probs), "duration_s": round(prep.duration_s, DECIMALS),
             "band_hz": float(prep.band_hz), "band_limited": bool(prep.band_hz < f.fmax),
-            "long_starts_s": _fmt(starts), "long_probs": _fmt(long_probs), "notes": prep.notes}
+            "long_starts_s": starts[order].tolist(), "long_clips": clips[order].tolist(),
+            "long_probs": np.round(long_probs[order], DECIMALS).tolist(), "notes": prep.notes}
 
 
 def error_row(failed: Failed, detector: Detector) -> dict[str, Any]:
-    empty = {name: "" for name in COLUMNS}
+    empty = {name: [] if name in TIMELINE else "" for name in COLUMNS}
     return {**empty, **_rule_fields(detector), "path": str(failed.path),
             "status": STATUS_ERROR, "notes": failed.reason}
+
+
+def timeline_rows(row: dict[str, Any]) -> list[dict[str, Any]]:
+    """The timeline of one row (``TIMELINE_COLUMNS``), one dict per long segment in time order;
+    none for an error row."""
+    return [{"path": row["path"], "clip": clip, "start_s": start, "long_prob": prob}
+            for start, clip, prob in zip(*(row[key] for key in TIMELINE), strict=True)]
 
 
 def _rule_fields(detector: Detector) -> dict[str, Any]:
     voting = detector.voting
     return {"threshold": detector.prob_threshold, "rule": voting.rule,
             "prob_mode": voting.prob_mode, "vote_fraction": voting.vote_fraction}
+
+
+# -- predict's two CSV files ---------------------------------------------------------------------
+
+def timeline_path(out: Path) -> Path:
+    """Where the timeline of the CSV ``out`` goes: ``predictions.csv`` ->
+    ``predictions_timeline.csv``, beside it."""
+    out = Path(out)
+    return out.with_name(f"{out.stem}_timeline.csv")
+
+
+def _whole_rows(path: Path, columns: Sequence[str]) -> list[dict[str, str]]:
+    """The whole rows of one of predict's CSVs (a line cut off by a crash is dropped); none when
+    the file is absent."""
+    if not path.is_file():
+        return []
+    with path.open(newline="") as handle:
+        reader = csv.DictReader(handle)
+        if tuple(reader.fieldnames or ()) != tuple(columns):
+            raise DataError(f"{path}: not a `leakpipe predict` output of this version (columns "
+                            "differ); choose another --out or drop --resume")
+        return [row for row in reader if None not in row.values()]
+
+
+def completed_rows(out: Path) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
+    """The rows of the recordings an earlier run into ``out`` finished, and their timeline rows.
+
+    A recording counts as finished when its row is whole and the timeline file holds all
+    ``n_long`` of its segments. A batch's timeline is written before its rows, so a crash in
+    between leaves timeline rows without a row (dropped here), never a row without its
+    timeline; a timeline file lost or cut short since only makes its recordings run again.
+    """
+    rows = [row for row in _whole_rows(Path(out), CSV_COLUMNS)
+            if row["status"] in (STATUS_OK, STATUS_ERROR)]
+    timeline = _whole_rows(timeline_path(out), TIMELINE_COLUMNS)
+    segments = Counter(row["path"] for row in timeline)
+    kept = [row for row in rows if row["status"] == STATUS_ERROR
+            or (row["n_long"].isdigit() and segments[row["path"]] == int(row["n_long"]))]
+    done = {row["path"] for row in kept}
+    return kept, [row for row in timeline if row["path"] in done]
+
+
+def start_outputs(out: Path, rows: Sequence[dict[str, Any]],
+                  timeline: Sequence[dict[str, Any]]) -> None:
+    """Rewrite both files whole, atomically, with their headers and the rows kept from a
+    resumed run (none for a new run)."""
+    write_text_atomic(timeline_path(out), csv_text(timeline, TIMELINE_COLUMNS))
+    write_text_atomic(Path(out), csv_text(rows, CSV_COLUMNS))
+
+
+class OutputWriter:
+    """Appends finished rows to ``out`` (``CSV_COLUMNS``) and their timelines to
+    ``timeline_path(out)``, each batch flushed: the timeline first (see ``completed_rows``)."""
+
+    def __init__(self, out: Path) -> None:
+        self._timeline_file = timeline_path(out).open("a", newline="")
+        self._rows_file = Path(out).open("a", newline="")
+        self._timeline = csv.DictWriter(self._timeline_file, fieldnames=TIMELINE_COLUMNS,
+                                        lineterminator="\n")
+        self._rows = csv.DictWriter(self._rows_file, fieldnames=CSV_COLUMNS,
+                                    lineterminator="\n", extrasaction="ignore")
+
+    def write(self, rows: Sequence[dict[str, Any]]) -> None:
+        self._timeline.writerows(line for row in rows for line in timeline_rows(row))
+        self._timeline_file.flush()
+        self._rows.writerows(rows)
+        self._rows_file.flush()
+
+    def __enter__(self) -> OutputWriter:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 trace: TracebackType | None) -> None:
+        self._timeline_file.close()
+        self._rows_file.close()

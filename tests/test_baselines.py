@@ -333,7 +333,7 @@ def test_cnn_predictions_give_the_margin_a_paired_interval(project: Path) -> Non
         recs = [r.decode() if isinstance(r, bytes) else str(r) for r in f["recording_id"][:]]
         labels = f["labels"][:]
         names = json.loads(f.attrs["class_names"])
-    rows, seen = ["split,recording_id,clip,decision"], {}
+    rows, seen = ["split,recording_id,clip,leak_decision"], {}
     for rec, label in zip(recs, labels, strict=True):
         seen[rec] = seen.get(rec, -1) + 1
         rows.append(f"test,{rec},{seen[rec]},{names[label]}")   # a perfect CNN
@@ -347,7 +347,11 @@ def test_cnn_predictions_give_the_margin_a_paired_interval(project: Path) -> Non
 def test_cnn_predictions_missing_a_clip_is_one_line_and_writes_nothing(project: Path,
                                                                        capsys) -> None:
     (project / "reports" / "predictions.csv").write_text(
-        "split,recording_id,clip,decision\ntest,nowhere.wav,0,LEAK\n")
+        "split,recording_id,clip,leak_decision\ntest,nowhere.wav,0,LEAK\n")
     assert main(STAGE_ARGS) != 0
     assert "predictions.csv: no test prediction for clip 0 of" in capsys.readouterr().err
     assert not (project / "metrics" / "baselines.json").exists()
+    (project / "reports" / "predictions.csv").write_text(         # evaluate's old column name
+        "split,recording_id,clip,decision\ntest,nowhere.wav,0,LEAK\n")
+    assert main(STAGE_ARGS) == 3
+    assert "no leak_decision column" in capsys.readouterr().err

@@ -213,9 +213,9 @@ def test_stage_writes_outputs_and_logs_to_mlflow(project: Path,
             assert metrics[f"{name}_ci_low"] <= metrics[name] <= metrics[f"{name}_ci_high"], name
     rows = _read_csv(project / "reports" / "predictions.csv")
     assert len(rows) == SPLIT_FILES["test"]
-    assert {"recording_id", "group", "label", "leak_prob", "frac_long_over", "decision"} <= \
-        set(rows[0])
-    assert sum(r["decision"] == "LEAK" for r in rows) == metrics["test/file_tp"] + \
+    assert list(rows[0]) == ["split", "recording_id", "clip", "group", "label", "leak",
+                             "leak_prob", "frac_long_over", "leak_decision", "top_class"]
+    assert sum(r["leak_decision"] == "LEAK" for r in rows) == metrics["test/file_tp"] + \
         metrics["test/file_fp"]
     plots = project / "plots" / "eval"
     confusion = json.loads((plots / "confusion.json").read_text())

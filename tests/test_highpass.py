@@ -5,7 +5,6 @@ configs stored before the key existed still load, as off."""
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import math
 from pathlib import Path
@@ -36,6 +35,7 @@ from leakpipe.predict import prepare
 from tests.conftest import PARAMS
 from tests.helpers_detector import LIMITS, SMALL_MODEL, one_torch_thread, restore_logging
 from tests.helpers_h5 import SMALL_FEATURES, write_split
+from tests.helpers_predict import read_predictions
 
 _keep_logging = pytest.fixture(autouse=True)(restore_logging)
 _one_thread = pytest.fixture(autouse=True)(one_torch_thread)
@@ -141,8 +141,7 @@ def _predict_rows(tmp_path: Path, detector: Path, *wavs: Path) -> dict[str, dict
     out = tmp_path / f"{detector.stem}.csv"
     assert main(["predict", *map(str, wavs), "--model", str(detector), "--out", str(out),
                  "--no-progress", "--device", "cpu"]) == 0
-    with out.open(newline="") as handle:
-        return {Path(row["path"]).name: row for row in csv.DictReader(handle)}
+    return read_predictions(out)
 
 
 def test_predict_on_a_dc_offset_wav_agrees_with_the_same_wav_without_it(tmp_path: Path) -> None:

@@ -10,7 +10,6 @@ length of the recording, and a long recording scored in parts must get the row i
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import math
 import tracemalloc
@@ -36,12 +35,9 @@ from leakpipe.data import open_split
 from leakpipe.decision.voting import VotingConfig
 from leakpipe.detector import Detector, load_detector, save_detector
 from leakpipe.features.mel import clip_features
-from leakpipe.files import csv_text
 from leakpipe.model import create_model
 from leakpipe.predict import (
-    COLUMNS,
     Prepared,
-    completed_rows,
     predict,
     prepare,
     result_row,
@@ -52,6 +48,7 @@ from leakpipe.runtime import make_runtime
 from leakpipe.scoring.batching import BatchLimits
 from tests.helpers_detector import restore_logging
 from tests.helpers_h5 import SMALL_FEATURES
+from tests.helpers_predict import read_predictions, text_row
 
 _keep_logging = pytest.fixture(autouse=True)(restore_logging)
 
@@ -254,7 +251,7 @@ def whole_file_row(path: Path, detector: Detector) -> dict[str, str]:
                     rate / 2)
     runtime = make_runtime("cpu", "auto", device_key="--device")
     probs = score_segments(detector, detector.inference_model(), prep.mel, runtime, 1024)
-    return {k: str(v) for k, v in result_row(prep, prep.starts_s, probs, detector).items()}
+    return text_row(result_row(prep, prep.starts_s, probs, detector))
 
 
 def test_predict_scores_a_long_recording_in_parts_to_the_same_row(
@@ -273,24 +270,9 @@ def test_predict_scores_a_long_recording_in_parts_to_the_same_row(
     out = tmp_path / "out.csv"
     assert main(["predict", str(tmp_path / "rec"), "--model", str(detector_path), "--out",
                  str(out), "--no-progress", "--device", "cpu", "--batch-segments", "300"]) == 0
-    with out.open(newline="") as handle:
-        rows = {Path(row["path"]).name: row for row in csv.DictReader(handle)}
+    rows = read_predictions(out)
     assert list(rows) == ["a_long.wav", "b_nan_at_end.wav", "c_short.wav"]
     assert rows["a_long.wav"] == whole_file_row(long, detector)
     assert rows["b_nan_at_end.wav"]["status"] == "error"
     assert "1 non-finite samples" in rows["b_nan_at_end.wav"]["notes"]
     assert rows["c_short.wav"] == whole_file_row(after, detector)
-
-
-def test_resume_reads_the_row_of_a_recording_hours_long(tmp_path: Path) -> None:
-    """An hour's timeline (1,200 clips x 23 long segments) is a CSV field of ~190 KB (its
-    probabilities; its times more), over the csv module's default limit of 128 KiB; --resume
-    must still read it."""
-    out = tmp_path / "out.csv"
-    timeline = " ".join(["0.1234"] * 27_600)
-    row = {name: "" for name in COLUMNS} | {"path": "day.wav", "status": "ok",
-                                             "long_probs": timeline}
-    out.write_text(csv_text([row], COLUMNS))
-    limit = csv.field_size_limit()
-    [kept] = completed_rows(out)
-    assert kept["long_probs"] == timeline and csv.field_size_limit() == limit

@@ -1,4 +1,5 @@
-"""`leakpipe predict` on generated recordings of several formats, unreadable files, resume."""
+"""`leakpipe predict` on generated recordings of several formats, unreadable files, resume, and
+its two CSVs (a short row per recording; the timeline beside it, in time order with its clip)."""
 
 from __future__ import annotations
 
@@ -23,7 +24,8 @@ from leakpipe.errors import DataError
 from leakpipe.features.mel import clip_features
 from leakpipe.files import save_torch_atomic
 from leakpipe.model import create_model
-from leakpipe.predict import COLUMNS, scoring_rules
+from leakpipe.predict import scoring_rules
+from leakpipe.predict_rows import CSV_COLUMNS, TIMELINE_COLUMNS, timeline_path
 from leakpipe.serve.model import log_served_detector
 from tests.conftest import PARAMS
 from tests.helpers_detector import (
@@ -35,6 +37,7 @@ from tests.helpers_detector import (
     save_small_detector,
 )
 from tests.helpers_h5 import SMALL_FEATURES
+from tests.helpers_predict import read_predictions
 
 RATE = SMALL_FEATURES.sample_rate          # 4096 Hz, 1 s clips, 7 long segments per clip
 # (name, seconds, sample rate, channels, subtype)
@@ -76,10 +79,7 @@ def recordings(tmp_path: Path) -> Path:
 
 
 def _rows(path: Path) -> dict[str, dict[str, str]]:
-    with path.open(newline="") as handle:
-        reader = csv.DictReader(handle)
-        assert tuple(reader.fieldnames or ()) == COLUMNS
-        return {Path(row["path"]).name: row for row in reader}
+    return read_predictions(path)
 
 
 def _predict(*args: str | Path) -> int:
@@ -155,6 +155,48 @@ def test_resume_skips_done_recordings_and_redoes_a_cut_line(tmp_path: Path, reco
     names = [Path(line.split(",")[0]).name for line in out.read_text().splitlines()[1:]]
     assert sorted(names) == sorted(p.name for p in everything)   # each recording once
     assert rows["pcm16.wav"] == kept["pcm16.wav"] and rows["u8.wav"] == kept["u8.wav"]
+    assert rows["float.wav"]["long_probs"] == kept["float.wav"]["long_probs"]    # redone whole
+
+
+def test_resume_redoes_a_recording_whose_timeline_is_incomplete(
+        tmp_path: Path, recordings: Path, detector_path: Path) -> None:
+    """The timeline is written before its rows; a timeline file cut short since (or lost)
+    makes exactly the recordings it misses run again, each segment still once."""
+    out = tmp_path / "out.csv"
+    first = [recordings / "pcm16.wav", recordings / "float.wav"]
+    assert _predict(*first, "--model", detector_path, "--out", out) == 0
+    kept = _rows(out)
+    timeline = timeline_path(out)
+    lines = timeline.read_text().splitlines(keepends=True)
+    timeline.write_text("".join(lines[:-3]))                   # float.wav's last segments lost
+    assert _predict(*first, "--model", detector_path, "--out", out, "--resume") == 0
+    assert _rows(out) == kept
+    timeline.unlink()
+    assert _predict(*first, "--model", detector_path, "--out", out, "--resume") == 0
+    assert _rows(out) == kept
+
+
+def test_the_csv_is_one_short_line_per_recording_and_the_timeline_is_in_time_order(
+        tmp_path: Path, recordings: Path, detector_path: Path) -> None:
+    """2.5 s at 1 s clips: three overlapping clips starting at 0, 0.75 and 1.5 s. The
+    timeline runs forward in time, each long segment with its clip (one instant twice where
+    clips overlap), and the per-recording CSV carries no list of numbers."""
+    out = tmp_path / "out.csv"
+    assert _predict(recordings / "pcm24_stereo.wav", "--model", detector_path, "--out",
+                    out) == 0
+    header, line = out.read_text().splitlines()
+    assert tuple(header.split(",")) == CSV_COLUMNS and len(line) < 300
+    with timeline_path(out).open(newline="") as handle:
+        reader = csv.DictReader(handle)
+        assert tuple(reader.fieldnames or ()) == TIMELINE_COLUMNS
+        segments = list(reader)
+    assert timeline_path(out).name == "out_timeline.csv" and len(segments) == 3 * 7
+    starts = [float(s["start_s"]) for s in segments]
+    assert starts == sorted(starts) and starts[0] == 0.0 and starts[-1] == 2.25
+    for clip, clip_start in enumerate((0.0, 0.75, 1.5)):      # each clip: 7 segments 0.125 s apart
+        own = [float(s["start_s"]) for s in segments if s["clip"] == str(clip)]
+        assert own == pytest.approx([clip_start + 0.125 * k for k in range(7)])
+    assert [s["clip"] for s in segments if float(s["start_s"]) == 0.75] == ["0", "1"]
 
 
 def test_resume_refuses_a_foreign_csv(tmp_path: Path, recordings: Path, detector_path: Path,

@@ -126,7 +126,7 @@ def test_stage_applies_each_rule(rule: str, threshold: float, vote: float, probs
     result = split_result("test", _table(labels), _scores(np.array([probs]), labels),
                           _point(rule, threshold, vote), cfg, 0.5, binary=True, bootstrap=False)
     assert result.decision.tolist() == [leak]
-    assert result.rows()[0]["decision"] == ("LEAK" if leak else "NOLEAK")
+    assert result.rows()[0]["leak_decision"] == ("LEAK" if leak else "NOLEAK")
     assert result.metrics["test/file_recall"] == float(leak)
 
 

@@ -36,11 +36,12 @@ from leakpipe.constants import BINARY_CLASSES
 from leakpipe.detector import load_detector
 from leakpipe.errors import DataError
 from leakpipe.model import create_model
-from leakpipe.predict import COLUMNS
+from leakpipe.predict_rows import COLUMNS
 from leakpipe.serve.model import OUTPUT_COLUMNS, input_example, log_served_detector, served_rules
 from leakpipe.serve.server import default_model, serve_command
 from leakpipe.tracking import start_run
 from tests.helpers_detector import SMALL_MODEL, copied_store, save_small_detector
+from tests.helpers_predict import read_predictions
 from tests.test_dvc_deps import module_file
 from tests.test_ui import HOST, STOP_S, _free_port, _listening_addresses, _stop, _wait_for
 
@@ -97,8 +98,7 @@ def _predicted(served: Served) -> dict[str, dict[str, str]]:
     out = served.root / "predict.csv"
     assert main(["predict", *map(str, served.wavs), "--model", str(served.detector),
                  "--out", str(out), "--no-progress", "--device", "cpu"]) == 0
-    rows = pd.read_csv(out, dtype=str, keep_default_na=False).to_dict("records")
-    return {Path(row["path"]).name: row for row in rows}
+    return read_predictions(out)
 
 
 def _assert_same(answer: dict, row: dict[str, str]) -> None:
@@ -110,8 +110,9 @@ def _assert_same(answer: dict, row: dict[str, str]) -> None:
     assert answer["band_limited"] is (row["band_limited"] == "True")
     for key in TEXTS:
         assert answer[key] == row[key], key
-    for key in ("long_starts_s", "long_probs"):
+    for key in ("long_starts_s", "long_probs"):           # the timeline, in time order
         assert list(answer[key]) == [float(v) for v in row[key].split()], key
+    assert list(answer["long_clips"]) == [int(v) for v in row["long_clips"].split()]
 
 
 def test_logged_model_is_an_mlflow_model_with_a_batch_free_signature(served: Served) -> None:
@@ -160,6 +161,7 @@ def test_unusable_recordings_get_error_rows_and_the_rest_an_answer(served: Serve
     assert "non-finite" in answers[1]["notes"]
     assert answers[2]["notes"] == "rate: sample_rate must be a positive whole number of Hz, got 0"
     assert answers[0]["leak_prob"] is None and answers[0]["long_probs"] == []
+    assert answers[0]["long_clips"] == []
     assert answers[0]["band_hz"] is None and answers[0]["band_limited"] is None
     assert (answers[3]["band_hz"], answers[3]["band_limited"]) == (4000.0, False)   # 8 kHz
     assert answers[3]["leak_prob"] == answers[4]["leak_prob"]

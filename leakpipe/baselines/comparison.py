@@ -233,14 +233,19 @@ def read_cnn_decisions(path: Path) -> dict[tuple[str, int], bool] | None:
     """
     try:
         with open(path, newline="") as fh:
-            rows = [r for r in csv.DictReader(fh) if r.get("split") == TEST]
+            reader = csv.DictReader(fh)
+            if "leak_decision" not in (reader.fieldnames or ()):
+                raise DataError(f"{path}: no leak_decision column (a predictions table from "
+                                "before it was renamed from decision?); re-run `dvc repro "
+                                "evaluate`")
+            rows = [r for r in reader if r.get("split") == TEST]
     except FileNotFoundError:
         return None
     try:
         per_recording: dict[str, list[tuple[int, bool]]] = {}
         for r in rows:
             per_recording.setdefault(r["recording_id"], []).append(
-                (int(r["clip"]), r["decision"] == LEAK_CLASS))
+                (int(r["clip"]), r["leak_decision"] == LEAK_CLASS))
     except (KeyError, ValueError) as exc:
         raise DataError(f"{path}: not evaluate's predictions table ({exc})") from None
     return {(rec, k): decision for rec, clips in per_recording.items()

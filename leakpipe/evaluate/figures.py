@@ -97,11 +97,18 @@ def class_metrics(split: str, level: str, labels: np.ndarray, pred: np.ndarray,
 
 def prediction_rows(split: str, table: FileTable, scores: np.ndarray, frac: np.ndarray,
                     decision: np.ndarray, class_pred: np.ndarray) -> list[dict[str, Any]]:
-    """One row per file: the recording, its truth and the decision with its evidence."""
+    """One row per clip: the recording, its truth and the decision with its evidence.
+
+    Two answers that can disagree, named so that they do not read as a contradiction:
+    ``leak_decision`` is the detector's (the voting rule's score against the threshold: what
+    every figure and `leakpipe predict` decide) and ``top_class`` the class head's argmax of
+    the clip's mean class probabilities, which may name NORMAL for a clip the vote calls LEAK.
+    """
     names = table.class_names
     return [{"split": split, "recording_id": str(table.recording_id[i]),
              "clip": int(table.clip[i]), "group": str(table.group[i]),
              "label": names[table.label[i]], "leak": int(table.truth[i]),
              "leak_prob": round(float(scores[i]), 6), "frac_long_over": round(float(frac[i]), 6),
-             "decision": DECISION_NAMES[int(decision[i])], "class_pred": names[class_pred[i]]}
+             "leak_decision": DECISION_NAMES[int(decision[i])],
+             "top_class": names[class_pred[i]]}
             for i in range(len(scores))]

@@ -20,14 +20,8 @@ from leakpipe.audio.clips import AudioError
 from leakpipe.audio.io import AudioSource, waveform_source
 from leakpipe.detector import Detector, load_detector
 from leakpipe.errors import DataError
-from leakpipe.predict import (
-    COLUMNS,
-    Failed,
-    ScoringRules,
-    batch_budget,
-    error_row,
-    score_recordings,
-)
+from leakpipe.predict import ScoringRules, batch_budget, score_recordings
+from leakpipe.predict_rows import COLUMNS, TIMELINE, Failed, error_row
 from leakpipe.runtime import make_runtime
 
 ARTIFACT = "detector"          # the detector file's key among the model's artifacts
@@ -39,7 +33,6 @@ PACKAGE_DIR = Path(leakpipe.__file__).resolve().parent   # shipped with the mode
 REQUIREMENTS = ("torch", "numpy", "scipy", "soundfile", "h5py", "pandas", "pyyaml", "tqdm",
                 "psutil", "mlflow")
 EXAMPLE_RATES = (2000, 3000)   # Hz: two rows at two rates, neither the model's
-TIMELINE = ("long_starts_s", "long_probs")
 OUTPUT_COLUMNS = ("id", *(c for c in COLUMNS if c != "path"))
 
 INPUT_SCHEMA = Schema([
@@ -51,7 +44,8 @@ _NUMBER_COLUMNS = ("leak_prob", "threshold", "vote_fraction", "frac_long_over", 
                    "band_hz")
 _TEXT_COLUMNS = ("id", "status", "decision", "rule", "prob_mode", "notes")
 OUTPUT_SCHEMA = Schema([
-    ColSpec(Array(DataType.double) if name in TIMELINE
+    ColSpec(Array(DataType.long) if name == "long_clips"
+            else Array(DataType.double) if name in TIMELINE
             else DataType.double if name in _NUMBER_COLUMNS
             else DataType.boolean if name == "band_limited"
             else DataType.long if name == "n_long" else DataType.string, name)
@@ -148,12 +142,13 @@ def as_sent(value: Any) -> str:
 
 
 def _served(row: dict[str, Any], name: str) -> dict[str, Any]:
-    """predict's row for JSON: ``id`` for ``path``, the timeline as lists, None for blanks."""
+    """predict's row for JSON: ``id`` for ``path``, the timeline lists as they are, None for
+    blanks."""
     out: dict[str, Any] = {"id": name}
     for key in OUTPUT_COLUMNS[1:]:
         value = row.get(key, "")
         if key in TIMELINE:
-            value = [float(v) for v in str(value).split()]
+            value = list(value)
         elif value == "" and key not in _TEXT_COLUMNS:
             value = None                 # an error row has no figures
         out[key] = value
