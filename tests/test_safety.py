@@ -90,10 +90,16 @@ def test_the_unpickling_check_finds_what_it_must(tmp_path: Path) -> None:
     assert lines == [2, 3, 5, 6]
 
 
-def _subcommands() -> dict[str, argparse.ArgumentParser]:
-    parser = build_parser()
-    (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
-    return dict(sub.choices)
+def _subcommands(parser: argparse.ArgumentParser | None = None,
+                 prefix: str = "") -> dict[str, argparse.ArgumentParser]:
+    """Every (sub)command's parser by its name, nested ones too (``tune dashboard``)."""
+    found: dict[str, argparse.ArgumentParser] = {}
+    for action in (parser or build_parser())._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                found[f"{prefix}{name}"] = sub
+                found.update(_subcommands(sub, f"{prefix}{name} "))
+    return found
 
 
 def test_every_server_option_defaults_to_loopback() -> None:
@@ -102,7 +108,7 @@ def test_every_server_option_defaults_to_loopback() -> None:
         for action in parser._actions:
             if set(action.option_strings) & set(HOST_OPTIONS):
                 servers[name] = action.default
-    assert "ui" in servers                                # the check sees the MLflow UI
+    assert {"ui", "serve", "tune dashboard"} <= set(servers)   # the check sees every server
     assert {name: host for name, host in servers.items() if host not in LOOPBACK} == {}
 
 

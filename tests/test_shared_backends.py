@@ -16,11 +16,15 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+import optuna
 import pytest
 
 from leakpipe import tracking
+from leakpipe.config import load_section
 from leakpipe.db_urls import with_driver
+from leakpipe.tune.dashboard import banner, pick_study
 from leakpipe.tune.driver import run_study
+from leakpipe.tune.study import TuneError, open_storage, open_study, resolve_storage
 from tests.conftest import PARAMS
 from tests.helpers_h5 import write_splits
 from tests.helpers_tune import make_workspace
@@ -105,10 +109,41 @@ def test_tune_dashboard_lists_the_study(tmp_path: Path, monkeypatch: pytest.Monk
     try:
         studies = _get_json(f"http://{HOST}:{port}/api/studies", dashboard)["study_summaries"]
         bound = _listening_addresses(port)
+        assert dashboard.stdout is not None
+        banner = dashboard.stdout.readline()      # printed before the server starts
+        (study_id,) = [s["study_id"] for s in studies]
+        detail = _get_json(f"http://{HOST}:{port}/api/studies/{study_id}", dashboard)
     finally:
         _stop(dashboard)
     assert [s["study_name"] for s in studies] == [summary.study_name]
     assert bound == {"127.0.0.1"}
+    # the study's own page, not the root; the objective by its name, not "Objective 0"
+    assert banner.startswith(f"tune dashboard: study {summary.study_name} (val/file_f1) at "
+                             f"http://{HOST}:{port}/dashboard/studies/{study_id} "), banner
+    assert detail["name"] == summary.study_name
+    assert detail["objective_names"] == ["val/file_f1"]
+
+
+def test_tune_dashboard_opens_on_the_newest_study_or_the_one_named(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two studies in one journal: the page is the newest one's unless --study names another;
+    a study started before leakpipe named its objective says so."""
+    monkeypatch.delenv("OPTUNA_STORAGE", raising=False)
+    ws = make_workspace(tmp_path)
+    cfg = load_section(ws.params, "tune")
+    spec = resolve_storage(cfg, ws.paths.journal)
+    storage = open_storage(spec, cfg)
+    optuna.create_study(storage=storage, study_name="old")            # not named: as before
+    open_study(storage, "new", cfg)
+    newest = pick_study(storage, spec, None)
+    assert (newest.name, newest.objective, newest.studies) == ("new", "val/file_f1", 2)
+    line = banner(newest, spec, HOST, 8080)
+    assert f"at http://{HOST}:8080/dashboard/studies/{newest.study_id} " in line
+    assert "1 other study there (--study NAME)" in line
+    old = pick_study(storage, spec, "old")
+    assert old.objective is None and "objective not named yet" in banner(old, spec, HOST, 8080)
+    with pytest.raises(TuneError, match="study 'gone' is not in .*; it holds new, old"):
+        pick_study(storage, spec, "gone")
 
 
 def test_tune_dashboard_without_a_study_is_one_line(tmp_path: Path,

@@ -178,4 +178,16 @@ def open_study(storage: BaseStorage, name: str, cfg: TuneConfig, *, worker_index
                                 sampler=make_sampler(cfg, worker_index, 0),
                                 pruner=make_pruner(cfg), load_if_exists=True)
     study.sampler = make_sampler(cfg, worker_index, len(study.get_trials(deepcopy=False)))
+    name_objective(study, cfg.objective)
     return study
+
+
+def name_objective(study: optuna.Study, objective: str) -> None:
+    """Store the objective's name (``val/file_f1``) as the study's metric name, once: Optuna's
+    plots and optuna-dashboard show it instead of "Objective 0". The study name hashes the
+    objective, so a study resumed under these params measures this one (a study started before
+    leakpipe named it gets its name on its next run)."""
+    if study.metric_names is None:
+        with warnings.catch_warnings():      # experimental since Optuna 3.2, stable in use
+            warnings.simplefilter("ignore", ExperimentalWarning)
+            study.set_metric_names([objective])
