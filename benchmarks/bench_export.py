@@ -112,6 +112,17 @@ def largest_difference(module: torch.nn.Module, model: bytes,
     return worst
 
 
+def cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo on Linux), else what platform knows."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def rounds(modes: dict[str, Callable[[], float]], n_rounds: int) -> dict[str, list[float]]:
     """Interleave the modes so machine noise hits them alike; seconds per mode per round."""
     for measure in modes.values():
@@ -154,7 +165,7 @@ def main() -> None:
     result = {
         "machine": {"cpus": os.cpu_count(), "torch": torch.__version__,
                     "onnxruntime": onnxruntime.__version__, "python": platform.python_version(),
-                    "threads": threads, "processor": platform.processor() or platform.machine(),
+                    "threads": threads, "processor": cpu_model(),
                     "load_avg_1min_at_start": load_start,
                     "load_avg_1min_at_end": os.getloadavg()[0]},
         "model": {"classes": len(detector.class_names),
