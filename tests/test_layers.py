@@ -160,12 +160,11 @@ def test_a_lazy_or_type_checking_import_cycle_is_caught() -> None:
 
 
 @pytest.mark.parametrize(("command", "unit"), [("evaluate", "evaluate"),
-                                               ("predict", "predict"), ("promote", "evaluate"),
-                                               ("export", "export")])
+                                               ("predict", "predict"), ("promote", "evaluate")])
 def test_scoring_commands_never_load_the_trainer(command: str, unit: str) -> None:
-    """`leakpipe evaluate` / `predict` / `promote` / `export` with every module their run()
-    imports lazily, in a fresh interpreter: nothing of leakpipe.train is loaded (nor torch's
-    trainer parts with it); ``unit`` is the package that does the command's work."""
+    """`leakpipe evaluate` / `predict` / `promote` with every module their run() imports lazily,
+    in a fresh interpreter: nothing of leakpipe.train is loaded (nor torch's trainer parts with
+    it); ``unit`` is the package that does the command's work."""
     path = REPO / PACKAGE / "commands" / f"{command}.py"
     modules = sorted({f"{PACKAGE}.commands.{command}",
                       *(n for n in imported_names(path) if module_file(n) is not None)})
