@@ -255,7 +255,7 @@ def test_stage_writes_the_comparison_and_one_mlflow_run_per_model(project: Path)
 @pytest.mark.parametrize(("break_input", "message"), [
     (lambda root: (root / "data" / "processed" / "test.h5").unlink(), "test.h5: no such file"),
     (lambda root: _eval_json(root / "metrics" / "eval.json", files=7),
-     "eval.json: evaluated 7 test files"),
+     "eval.json: evaluated 7 test clips"),
     (lambda root: (root / "reports" / "validated.json").write_text('{"passed": false}'),
      "validation did not pass"),
 ])

@@ -190,7 +190,8 @@ def _read_csv(path: Path) -> list[dict[str, str]]:
 
 
 def test_stage_writes_outputs_and_logs_to_mlflow(project: Path,
-                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+                                                 monkeypatch: pytest.MonkeyPatch,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
     import mlflow
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", copied_store(project / "mlruns"))
@@ -200,7 +201,10 @@ def test_stage_writes_outputs_and_logs_to_mlflow(project: Path,
         pass
     assert main(["validate", "--params", str(PARAMS), "--splits", "val", "test",
                  "--no-progress"]) == 0                # the stamp evaluate checks its splits by
+    capsys.readouterr()
     assert main(["evaluate", "--params", str(PARAMS), "--no-progress"]) == 0
+    # the unit in words: clips of recordings (the metric keys keep `file`)
+    assert "; test: 30 clips of 15 recordings, per clip F1 " in capsys.readouterr().out
 
     metrics = flatten(json.loads((project / "metrics" / "eval.json").read_text()), sep="/")
     saved = load_detector(project / "models" / "detector.pt")

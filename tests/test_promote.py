@@ -120,6 +120,8 @@ def test_the_rule_compares_the_lower_end_with_the_margin(low: float, margin: flo
     assert decision.promote is promote
     assert "95% interval" in decision.reason and f"promote.margin {margin:g}" in decision.reason
     assert decide(Comparison(0.4, 40), margin, 0.95).promote       # no champion yet
+    assert "on 40 clips of 20 recordings;" in decide(
+        Comparison(0.9, 40, 0.9, Interval(low, low + 0.05), 20), margin, 0.95).reason
 
 
 def test_registry_params_are_checked(tmp_path: Path) -> None:

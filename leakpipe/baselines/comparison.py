@@ -165,7 +165,7 @@ def cnn_figures(eval_metrics: Mapping[str, Any] | None, test_files: int,
     files = eval_metrics.get("test/files")
     if files != test_files:
         shown = int(files) if isinstance(files, int | float) else "no"
-        raise DataError(f"{source}: evaluated {shown} test files, the test split holds "
+        raise DataError(f"{source}: evaluated {shown} test clips, the test split holds "
                         f"{test_files}; re-run `dvc repro evaluate`")
     out = {}
     for name in COMPARED:

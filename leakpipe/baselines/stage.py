@@ -94,4 +94,4 @@ def summary_line(report: BaselineReport, path: Path) -> str:
     if "margin_file_f1" in c:
         parts.append(f"CNN F1 {c['cnn_file_f1']:.3f}, margin over {c['best_baseline']} "
                      f"{c['margin_file_f1']:+.3f}")
-    return f"baselines: test files: {'; '.join(parts)} -> {path}"
+    return f"baselines: test clips: {'; '.join(parts)} -> {path}"

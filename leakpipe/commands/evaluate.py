@@ -19,7 +19,7 @@ from leakpipe.commands._common import (
 )
 
 NAME = "evaluate"
-HELP = "choose the decision threshold on val, report file-level metrics on test"
+HELP = "choose the decision threshold on val, report clip-level metrics on test"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

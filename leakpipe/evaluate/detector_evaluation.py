@@ -200,7 +200,7 @@ def _diagnoses(point: OperatingPoint, *results: SplitResult) -> dict[str, str]:
     for result in results:
         note = diagnose(result.table.truth, result.decision, result.file_score, point.threshold)
         if note:
-            log.warning("%s files: %s", result.name, note)
+            log.warning("%s clips: %s", result.name, note)
             out[f"eval/{result.name}_diagnosis"] = note
     return out
 
@@ -214,7 +214,7 @@ def _score(model: Any, network: Network, path: Path, setup: _Setup, name: str) -
                            leak_index=info.leak_label, prob_mode=setup.prob_mode,
                            runtime=runtime, progress=setup.progress, desc=f"evaluate {name}",
                            total=len(batches))
-    log.info("%s: %d files scored in %.2f s (%.0f files/s)", name, scores.n_files,
+    log.info("%s: %d clips scored in %.2f s (%.0f clips/s)", name, scores.n_files,
              scores.seconds, scores.n_files / max(scores.seconds, 1e-9))
     return scores
 
@@ -233,7 +233,7 @@ def split_result(name: str, table: FileTable, scores: Scores, point: OperatingPo
     if not binary:
         metrics.update(class_figures(name, table, scores.class_probs, scores.seg_pred,
                                      scores.seg_probs[0].size, resampling))
-    metrics[f"{name}/files"] = float(scores.n_files)
+    metrics[f"{name}/files"] = float(scores.n_files)    # key kept (documented): clips
     metrics[f"perf/eval_{name}_files_per_s"] = scores.n_files / max(scores.seconds, 1e-9)
     return SplitResult(name, table, scores, file_score, decision,
                        frac_long_over(scores.seg_probs, point.threshold), metrics)
@@ -284,21 +284,22 @@ def evaluation_figures(evaluation: Evaluation) -> dict[str, Figure]:
                      point.val_curve)
     figures = {
         "confusion_test": confusion_figure(test.table.truth, test.decision, DECISION_NAMES,
-                                           f"test files at {point.threshold:g}"),
+                                           f"test clips at {point.threshold:g}"),
         "confusion_val": confusion_figure(val.table.truth, val.decision, DECISION_NAMES,
-                                          f"val files at {point.threshold:g}"),
+                                          f"val clips at {point.threshold:g}"),
         "threshold_val": threshold_figure(data["threshold"], point.threshold,
                                           f"val, rule {point.rule}"),
         "reliability_test": reliability_figure(_reliability(evaluation), evaluation.metrics,
-                                               TEST, "test files: leak_prob reliability"),
+                                               TEST, "test clips: leak_prob reliability"),
     }
     if data["roc"]:
-        figures["roc_test"] = curve_figure(data["roc"], "fpr", "tpr", "test files: ROC", True)
-        figures["pr_test"] = curve_figure(data["pr"], "recall", "precision", "test files: PR")
+        figures["roc_test"] = curve_figure(data["roc"], "fpr", "tpr", "test clips: ROC", True)
+        figures["pr_test"] = curve_figure(data["pr"], "recall", "precision", "test clips: PR")
     if len(test.table.class_names) > len(DECISION_NAMES):
         names = test.table.class_names
         figures["class_confusion_test"] = confusion_figure(
-            test.table.label, test.scores.class_probs.argmax(axis=1), names, "test files")
+            test.table.label, test.scores.class_probs.argmax(axis=1), names,
+            "test clips: top class")
     return figures
 
 

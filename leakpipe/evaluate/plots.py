@@ -2,8 +2,9 @@
 
 DVC files (declared under ``plots:`` in dvc.yaml, so `dvc plots show` / `dvc plots diff` work):
 
-- ``confusion.json``: one record per test file, ``{"actual", "predicted"}`` (confusion template);
-- ``roc.json``: ``{"fpr", "tpr", "threshold"}`` per ROC point of the test files;
+- ``confusion.json``: one record per test clip, ``{"actual", "predicted"}`` (confusion
+  template);
+- ``roc.json``: ``{"fpr", "tpr", "threshold"}`` per ROC point of the test clips;
 - ``pr.json``: ``{"recall", "precision", "threshold"}`` per precision-recall point;
 - ``threshold.json``: the val grid of the chosen rule, ``{"threshold", "f1", "sensitivity",
   "specificity", "precision"}``: where the operating point was chosen.
@@ -114,6 +115,7 @@ def threshold_figure(records: list[dict[str, Any]], chosen: float, title: str) -
     for name in ("f1", "sensitivity", "specificity"):
         ax.plot(x, [r[name] for r in records], label=name)
     ax.axvline(chosen, linestyle="--", color="black", label=f"chosen {chosen:g}")
-    ax.set(xlabel="file threshold", ylabel="val rate", title=title, ylim=(0, 1.02))
+    ax.set(xlabel="threshold on the clip's rule score", ylabel="val rate (clips)", title=title,
+           ylim=(0, 1.02))
     ax.legend(loc="lower left")
     return fig
