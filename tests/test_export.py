@@ -104,6 +104,8 @@ def test_exported_scorer_matches_pytorch_on_a_split(tmp_path: Path, input_norm: 
     assert rules["class_names"] == list(BINARY_CLASSES)
     assert rules["onnx"]["output_columns"] == [*BINARY_CLASSES, "leak_prob"]
     assert rules["features"]["n_mels"] == SMALL_FEATURES.n_mels
+    assert rules["calibration"]["method"] == "identity"       # none fitted: the score itself
+    assert rules["prob_threshold"] == threshold
 
 
 def test_rules_carry_detector_keys_they_do_not_know(tmp_path: Path) -> None:

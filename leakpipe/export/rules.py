@@ -4,12 +4,14 @@ An edge device holding ``model.onnx`` still has to cut a recording into clips an
 compute the log-mel features, normalise each clip, run the network, vote and compare with the
 threshold exactly as `leakpipe predict` does; this JSON says how (docs/export.md walks through
 it). It names the feature config (every field, defaults included: the device has no
-params.yaml), ``input_norm``, the voting rule and threshold, the class names and the output's
-columns, the shortest usable recording, and the detector's test figures for reference.
+params.yaml), ``input_norm``, the voting rule and threshold, the calibration that turns the
+rule's score into the reported leak probability (and the threshold on that scale), the class
+names and the output's columns, the shortest usable recording, and the detector's test
+figures for reference.
 
-Keys of the detector file that this exporter does not know (a ``calibration`` a later
-evaluate adds, for one) are carried over as they are, converted to JSON values, so the rules
-never silently drop something the detector decides with.
+Keys of the detector file that this exporter does not know (ones a later evaluate adds) are
+carried over as they are, converted to JSON values, so the rules never silently drop something
+the detector decides with.
 """
 
 from __future__ import annotations
@@ -35,7 +37,8 @@ RULES_VERSION = 1
 # the scoring loop's business, not a device's); every other key of the file is carried over
 KNOWN_KEYS = frozenset({"format", "version", "model", "model_config", "class_names",
                         "data_class_names", "binary", "features", "input_norm", "voting",
-                        "threshold", "metrics", "batch_limits", "min_clip_fraction"})
+                        "threshold", "metrics", "batch_limits", "min_clip_fraction",
+                        "calibration"})
 
 
 def edge_rules(detector: Detector, raw: dict[str, Any], *, source: str, sha256: str,
@@ -55,6 +58,10 @@ def edge_rules(detector: Detector, raw: dict[str, Any], *, source: str, sha256: 
         "input_norm": detector.input_norm,
         "voting": dataclasses.asdict(detector.voting),
         "threshold": float(detector.threshold),
+        # the rule's score -> the reported leak probability; the identity for a detector file
+        # written before evaluate fitted one (it loads so), so a device always finds the key
+        "calibration": json_value(detector.calibration.to_dict(), f"{source}: calibration"),
+        "prob_threshold": float(detector.prob_threshold),
         "class_names": list(detector.class_names),
         "binary": bool(detector.binary),
         "min_clip_fraction": detector.min_clip_fraction,
