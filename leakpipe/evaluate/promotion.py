@@ -8,7 +8,8 @@ say the candidate is at least as good (docs/evaluation.md#promotion).
 2. both detectors are fetched from the registry and score the same test split (checked against
    the validation stamp) through the scoring path evaluate uses, each at **its own** saved
    operating point (probability mode, rule, vote fraction, threshold): what is compared is
-   what each would decide if it served;
+   what each would decide if it served (``promotion_scoring``, imported only then: the answers
+   that need no scoring, a dry run with no champion yet or nothing to do, load no network);
 3. a paired bootstrap over test recordings (``evaluate.bootstrap_resamples`` / ``confidence``
    / ``seed``, ``bootstrap.paired_f1_difference``) gives the percentile interval of
    F1(candidate) - F1(champion); the candidate is promoted iff its lower end is >=
@@ -23,41 +24,29 @@ say the candidate is at least as good (docs/evaluation.md#promotion).
 from __future__ import annotations
 
 import dataclasses
-import logging
 import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from leakpipe import tracking
-from leakpipe.allocator import retain_freed_memory
 from leakpipe.config import EvaluateConfig, PromoteConfig, load_section
 from leakpipe.constants import EXIT_OK, EXIT_REFUSED
 from leakpipe.data.stamp import trust_splits
-from leakpipe.decision.voting import file_scores
-from leakpipe.detector import Detector, load_detector
 from leakpipe.errors import ConfigError, DataError
-from leakpipe.evaluate.bootstrap import (
-    Interval,
-    f1_from_counts,
-    paired_f1_difference,
-    weighted_counts,
-)
-from leakpipe.evaluate.detector_evaluation import batch_limits, read_file_table
-from leakpipe.preload.plan import read_plan
-from leakpipe.runtime import Runtime, make_runtime
-from leakpipe.scoring.batching import BatchLimits, open_batches
-from leakpipe.scoring.score import score_batches
+from leakpipe.evaluate.bootstrap import Interval, paired_f1_difference
 from leakpipe.tracking import ALIAS_CANDIDATE, ALIAS_CHAMPION, DetectorVersion
+
+if TYPE_CHECKING:
+    from leakpipe.evaluate.promotion_scoring import SplitDecisions
 
 STAGE = "promote"
 TEST = "test"
 TAG_DECISION = "promote/decision"   # promoted | refused
 TAG_REASON = "promote/reason"       # the figures and the rule, one line
-log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -68,31 +57,6 @@ class PromotePaths:
     test: Path
     plan: Path
     validated: Path | None
-
-
-@dataclass(frozen=True)
-class ScoringSetup:
-    """How the test split is placed and run, resolved once for both detectors."""
-
-    placement: str
-    limits: BatchLimits
-    runtime: Runtime
-    progress: bool
-
-
-@dataclass(frozen=True)
-class SplitDecisions:
-    """One detector's decisions on the test split, one per clip (an HDF5 row, the unit the
-    voting rule decides), in split order."""
-
-    truth: np.ndarray          # (F,) bool: LEAK
-    decision: np.ndarray       # (F,) bool: decided LEAK at the detector's own point
-    recording_id: np.ndarray   # (F,) the unit the bootstrap resamples
-
-    @property
-    def f1(self) -> float:
-        counts = weighted_counts(self.truth, self.decision, np.ones((1, len(self.truth))))
-        return float(f1_from_counts(counts)[0])
 
 
 @dataclass(frozen=True)
@@ -170,39 +134,6 @@ def compare(candidate: SplitDecisions, champion: SplitDecisions | None,
     return Comparison(candidate.f1, clips, champion.f1, interval, recordings)
 
 
-# -- scoring --------------------------------------------------------------------------------------
-
-
-def score_test_split(detector: Detector, path: Path, setup: ScoringSetup,
-                     desc: str) -> SplitDecisions:
-    """Score ``path`` with ``detector`` (evaluate's scoring path) and decide each clip at the
-    detector's own saved operating point."""
-    table = read_file_table(path, detector)
-    runtime = setup.runtime
-    batches = open_batches(path, setup.placement, detector.model_cfg, runtime.device,
-                           setup.limits, detector.binary, detector.input_norm)
-    info = batches.info
-    scores = score_batches(detector.inference_model().to(runtime.device), batches,
-                           segments=tuple(info.segment_shape[:2]), leak_index=info.leak_label,
-                           prob_mode=detector.voting.prob_mode, runtime=runtime,
-                           progress=setup.progress, desc=desc, total=len(batches))
-    voting = detector.voting
-    file_score = file_scores(scores.seg_probs, voting.rule, voting.vote_fraction)   # (F,)
-    return SplitDecisions(table.truth, file_score >= detector.threshold,
-                          np.asarray(table.recording_id))
-
-
-def _score_version(version: DetectorVersion, alias: str, path: Path,
-                   setup: ScoringSetup) -> SplitDecisions:
-    try:
-        detector = load_detector(tracking.download_model(version.uri))
-        log.info("%s (%s): %s at threshold %g", version.label, alias, detector.voting.rule,
-                 detector.threshold)
-        return score_test_split(detector, path, setup, f"promote {alias}")
-    except DataError as exc:
-        raise DataError(f"{version.label} ({alias}): {exc}") from None
-
-
 # -- orchestration --------------------------------------------------------------------------------
 
 
@@ -233,13 +164,13 @@ def run_promote(paths: PromotePaths, params: Path, *, dry_run: bool = False,
         raise ConfigError(f"{params}: evaluate.bootstrap_resamples: 0; promote compares with "
                           "the champion by a bootstrap interval and needs at least 1 resample")
 
+    # the network, torch and the scoring path: loaded only now that there is something to score
+    from leakpipe.evaluate.promotion_scoring import score_version, scoring_setup
+
     trust = trust_splits(paths.validated, {TEST: paths.test})
-    plan = read_plan(paths.plan)
-    retain_freed_memory()                 # CPU inference reuses its activation buffers
-    setup = ScoringSetup(plan["placement"], batch_limits(plan, cfg),
-                         make_runtime(rt.device, rt.amp, rt.channels_last), progress)
-    scored = _score_version(candidate, ALIAS_CANDIDATE, paths.test, setup)
-    held = _score_version(champion, ALIAS_CHAMPION, paths.test, setup) if champion else None
+    setup = scoring_setup(paths.plan, cfg, rt, progress)
+    scored = score_version(candidate, ALIAS_CANDIDATE, paths.test, setup)
+    held = score_version(champion, ALIAS_CHAMPION, paths.test, setup) if champion else None
     comparison = compare(scored, held, cfg, paths.test)
     decision = decide(comparison, rule.margin, cfg.confidence)
     if not dry_run:
