@@ -24,6 +24,7 @@ import torch
 import yaml
 from mlflow.tracking import MlflowClient
 
+from leakpipe import tracking
 from leakpipe.cli import main
 from leakpipe.config import load_section
 from leakpipe.constants import KNOWN_CLASSES
@@ -43,6 +44,7 @@ from tests.helpers_h5 import SMALL_FEATURES
 _keep_logging = pytest.fixture(autouse=True)(restore_logging)
 _one_thread = pytest.fixture(autouse=True)(one_torch_thread)
 RATE = SMALL_FEATURES.sample_rate
+NAME = load_section(PARAMS, "evaluate").registered_model     # adapt registers its detector here
 LEAK = KNOWN_CLASSES.index("LEAK")
 LABELS = np.repeat(np.arange(len(KNOWN_CLASSES)), 4)       # 20 rows, 4 of them LEAK
 CENTRE_DB = -15.0   # mean log-mel level of probability 0.5 (noise of std 0.2: -6.6 dB, 0.01: -33)
@@ -150,6 +152,9 @@ def test_a_round_that_worsens_val_is_rejected_and_the_previous_model_stands(
     statuses = [r["status"] for r in rounds]
     assert statuses[-1] == "rejected" and "rejected" not in statuses[:-1]
     r = len(rounds) - 1
+    names = {run.info.run_name for run in _runs(mlflow_store)}   # the round runs say their fate
+    assert {f"adapt round {r} (rejected)", "adapt round 0 (seed)"} <= names
+    assert _adapted_versions(mlflow_store) == ["1"]
     assert rounds[r]["val"]["f1"] < rounds[r - 1]["val"]["f1"] - 0.02
     assert doc["final_round"] == r - 1
     assert doc["stop_reason"].startswith(f"round {r} rejected: val file F1")
@@ -164,6 +169,7 @@ def test_a_round_that_worsens_val_is_rejected_and_the_previous_model_stands(
     before = kept.stat().st_mtime_ns
     assert main(_args(tmp_path, files)) == 0
     assert kept.stat().st_mtime_ns == before
+    assert _adapted_versions(mlflow_store) == ["1"]            # and nothing registered again
     assert _state(tmp_path)["stop_reason"] == doc["stop_reason"]
     # other inputs (a new margin): the rounds of the old ones are dropped, not mixed in
     params = yaml.safe_load(files["params"].read_text())
@@ -210,6 +216,18 @@ def test_a_run_killed_between_rounds_resumes_after_the_last_finished_round(
     _check_outputs(tmp_path, env["MLFLOW_TRACKING_URI"])
 
 
+def _runs(store: str) -> list:
+    client = MlflowClient(store)
+    return client.search_runs([e.experiment_id for e in client.search_experiments()])
+
+
+def _adapted_versions(store: str) -> list[str]:
+    """The registered versions tagged as adapted detectors."""
+    client = MlflowClient(store)
+    return sorted(str(v.version) for v in client.search_model_versions(f"name = '{NAME}'")
+                  if v.tags.get(tracking.TAG_ADAPTED) == "true")
+
+
 def _check_outputs(root: Path, store: str) -> None:
     """Every output of a finished 2-round run on the project of ``_project``."""
     out = root / "out"
@@ -234,7 +252,36 @@ def _check_outputs(root: Path, store: str) -> None:
     children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
     assert len(parent) == 1 and parent[0].info.status == "FINISHED"
     finished = [r for r in children if r.info.status == "FINISHED"]
-    assert sorted(r.data.tags["leakpipe.adapt_round"] for r in finished) == ["0", "1", "2"]
-    # a SIGKILL inside round 2 leaves that attempt's child run unfinished (nothing can end it)
-    assert {r.data.tags["leakpipe.adapt_round"] for r in children if r not in finished} <= {"2"}
+    unfinished = [r for r in children if r not in finished]
+    # the SIGKILL lands after round 1 is recorded: at the end of round 1's child run (before
+    # MLflow ended it) or inside round 2; that attempt's child run stays unfinished (nothing
+    # can end it), and the resumed run does round 2 again, never round 1
+    assert {"0", "2"} <= {r.data.tags["leakpipe.adapt_round"] for r in finished}
+    assert sorted(r.data.tags["leakpipe.adapt_round"] for r in children) in (
+        ["0", "1", "2"], ["0", "1", "2", "2"])
+    status = {"0": "seed", "1": "accepted", "2": "accepted"}    # each round's run says its fate
+    assert all(r.info.run_name == f"adapt round {n} ({status[n]})"
+               for r in finished for n in [r.data.tags["leakpipe.adapt_round"]])
+    assert {r.info.run_name for r in unfinished} <= {"adapt round 1 (accepted)", "adapt round 2"}
     assert parent[0].data.metrics["final/check/fpr"] == 0.0
+    # the adapted detector: its own registered version, alias `adapted`, described
+    adapted = client.get_model_version_by_alias(NAME, tracking.ALIAS_ADAPTED)
+    assert adapted.tags[tracking.TAG_ADAPTED] == "true"
+    assert adapted.tags[tracking.TAG_ADAPT_RUN] == parent[0].info.run_id
+    assert adapted.tags[tracking.TAG_SEED_SHA256] == file_sha256(root / "detector.pt")
+    assert parent[0].data.tags[tracking.TAG_REGISTERED_VERSION] == f"{NAME}/{adapted.version}"
+    text = adapted.description
+    assert text.startswith("Field-adapted leak detector of `leakpipe adapt`")
+    assert "2 accepted round(s)" in text and "this is round 2" in text
+    assert f"threshold {adapted_threshold(out):g}" in text
+    assert "Not scored on the test split" in text
+    assert "false-positive rate 0.000 (seed 0.000)" in text
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("MLFLOW_TRACKING_URI", store)
+        served = tracking.download_model(f"models:/{NAME}@{tracking.ALIAS_ADAPTED}")
+    assert file_sha256(served) == file_sha256(out / "adapted_detector.pt")
+    assert client.get_registered_model(NAME).description == tracking.MODEL_DESCRIPTION
+
+
+def adapted_threshold(out: Path) -> float:
+    return load_detector(out / "adapted_detector.pt").threshold

@@ -1,4 +1,5 @@
-"""What the adapt stage reports: the per-round table, metrics/adapt.json and the round figure.
+"""What the adapt stage reports: the per-round table, metrics/adapt.json, the round figure, the
+MLflow names of the round runs and the description of the registered adapted detector.
 
 Every round is one row: its status (seed / accepted / rejected), the val figures at the
 operating point re-chosen on val, the labelled field check set's figures at that point (the
@@ -69,6 +70,42 @@ def metrics_document(entries: Sequence[Mapping[str, Any]], final_round: int,
         doc[f"round_{entry['round']}"] = _clean({k: v for k, v in entry.items()
                                                  if k not in ("labels", "round")})
     return doc
+
+
+def round_run_name(stage: str, r: int, status: str = "") -> str:
+    """A round's MLflow run name: ``adapt round 2 (accepted)``; ``adapt round 2`` while it
+    runs (a round killed mid-way keeps that name)."""
+    return f"{stage} round {r}" + (f" ({status})" if status else "")
+
+
+def _rate(value: Any) -> str:
+    return "n/a" if value is None or not math.isfinite(value) else f"{value:.3f}"
+
+
+def adapted_description(entries: Sequence[Mapping[str, Any]], final_round: int,
+                        stop_reason: str, *, network: str, seed_sha: str, pool: int) -> str:
+    """The description of the adapted detector's registered version (one paragraph): what it
+    was adapted from and on, its operating point, its val and field-check figures next to the
+    seed's, and what it was not scored on."""
+    seed = entries[0]
+    final = next(e for e in entries if e["round"] == final_round)
+    accepted = sum(e["status"] == "accepted" for e in entries)
+    text = (f"Field-adapted leak detector of `leakpipe adapt`: the evaluated detector (file "
+            f"sha256 {seed_sha[:12]}; {network}) fine-tuned in {accepted} accepted round(s) "
+            f"of pseudo-labelling on {pool} unlabelled field recordings plus the labelled "
+            f"train split; this is round {final_round}. Operating point re-chosen on the val "
+            f"split: threshold {final['threshold']:g}. Val, per clip: F1 "
+            f"{_rate(_get(final, 'val', 'f1'))} (seed {_rate(_get(seed, 'val', 'f1'))}).")
+    if final.get("check"):
+        text += (" Labelled field check set, per recording: false-positive rate "
+                 f"{_rate(_get(final, 'check', 'fpr'))} (seed "
+                 f"{_rate(_get(seed, 'check', 'fpr'))}), sensitivity "
+                 f"{_rate(_get(final, 'check', 'recall'))} (seed "
+                 f"{_rate(_get(seed, 'check', 'recall'))}), F1 "
+                 f"{_rate(_get(final, 'check', 'f1'))}.")
+    return text + (" Not scored on the test split and without intervals: val chose its "
+                   "threshold and the check set accepted its rounds, so both figures lean "
+                   f"optimistic. Adaptation stopped: {stop_reason}.")
 
 
 def round_metrics(entry: Mapping[str, Any]) -> dict[str, float]:

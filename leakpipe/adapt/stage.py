@@ -14,7 +14,10 @@
    pseudo-labels feed the next round.
 2. The newest accepted round becomes models/adapted.pt (network) and
    models/adapted_detector.pt (with its operating point), with metrics/adapt.json, the
-   per-round table and figure, and one MLflow run with a child run per round.
+   per-round table and figure, and one MLflow run with a child run per round (named
+   ``adapt round 2 (accepted)``). With ``evaluate.registered_model`` set, the adapted detector
+   becomes its own version of that registered model, tagged ``leakpipe.adapted``, described,
+   with the alias ``adapted`` (never ``candidate``: it is not scored on the test split).
 
 Every round is recorded in checkpoints/adapt (``leakpipe.adapt.state``), so a run killed
 between rounds (or inside a round's ``fit()``) continues where it stopped.
@@ -40,9 +43,11 @@ from leakpipe.adapt.field import (
 from leakpipe.adapt.pseudo import changed_labels, label_accuracy, label_counts, pseudo_labels
 from leakpipe.adapt.report import (
     ROUND_COLUMNS,
+    adapted_description,
     metrics_document,
     round_metrics,
     round_row,
+    round_run_name,
     rounds_figure,
 )
 from leakpipe.adapt.rounds import (
@@ -65,6 +70,7 @@ from leakpipe.config import (
 from leakpipe.data.stamp import trust_splits
 from leakpipe.detector import Detector, Network, load_detector, save_detector, save_network
 from leakpipe.evaluate.detector_evaluation import batch_limits
+from leakpipe.evaluate.registration import network_text, register_version
 from leakpipe.files import file_sha256, write_csv_atomic, write_json_atomic
 from leakpipe.predict import ScoringRules, batch_budget
 from leakpipe.preload.plan import read_plan
@@ -173,6 +179,7 @@ def _seed_round(run: _Run) -> None:
     """Round 0: the seed detector as it stands, re-scored; its pseudo-labels feed round 1."""
     with tracking.start_run(STAGE, parent_run_id=run.parent.run_id,
                             tags={"leakpipe.adapt_round": "0"}) as child:
+        child.set_tags({tracking.RUN_NAME_TAG: round_run_name(STAGE, 0)})
         _accept(run, 0, run.seed, SEED, child)
 
 
@@ -184,6 +191,7 @@ def _adapt_round(run: _Run, r: int) -> None:
     folder = state.round_dir(r)
     with tracking.start_run(STAGE, parent_run_id=run.parent.run_id,
                             tags={"leakpipe.adapt_round": str(r)}) as child:
+        child.set_tags({tracking.RUN_NAME_TAG: round_run_name(STAGE, r)})
         child.log_params({"round": r, "init": str(init), "epochs": a.epochs,
                           "learning_rate": a.learning_rate})
         log.info("adapt round %d: fine-tune from %s", r, init)
@@ -202,7 +210,8 @@ def _adapt_round(run: _Run, r: int) -> None:
                      "val": choice.figures, "reason": reason}
             if check is not None:
                 entry["check"] = check
-            child.set_tags({"leakpipe.adapt_status": REJECTED})
+            child.set_tags({"leakpipe.adapt_status": REJECTED,
+                            tracking.RUN_NAME_TAG: round_run_name(STAGE, r, REJECTED)})
             child.log_metrics(round_metrics(entry))
             run.parent.log_metrics(round_metrics(entry), step=r)
             state.add(entry)
@@ -256,7 +265,8 @@ def _accept(run: _Run, r: int, network: Network, status: str, child: tracking.Tr
                                   run.pool, pool_scores, pseudo, detector,
                                   ratio=a.pseudo_per_labelled, seed=a.seed + r + 1)
         entry["split"] = dataclasses.asdict(split)
-    child.set_tags({"leakpipe.adapt_status": status})
+    child.set_tags({"leakpipe.adapt_status": status,
+                    tracking.RUN_NAME_TAG: round_run_name(STAGE, r, status)})
     child.log_metrics(round_metrics(entry))
     run.parent.log_metrics(round_metrics(entry), step=r)
     _log_round(entry)
@@ -299,6 +309,8 @@ def _write_outputs(run: _Run) -> None:
     parent.log_metrics({f"final/{k}": v for k, v in round_metrics(final).items()})
     for path in (paths.metrics, paths.plots, paths.figure, paths.adapted):
         parent.log_artifact(path, STAGE)
+    if run.cfgs.evaluate.registered_model:
+        _register_adapted(run, run.cfgs.evaluate.registered_model)
     seed = state.rounds[0]
     log.info("adapt: %s; detector of round %d -> %s (field check FPR %s -> %s, sensitivity "
              "%s -> %s)", state.stop_reason, final["round"], paths.adapted,
@@ -306,3 +318,26 @@ def _write_outputs(run: _Run) -> None:
              _fmt((final.get("check") or {}).get("fpr")),
              _fmt((seed.get("check") or {}).get("recall")),
              _fmt((final.get("check") or {}).get("recall")))
+
+
+def _register_adapted(run: _Run, name: str) -> None:
+    """models/adapted_detector.pt as its own version of registered model ``name`` (evaluate's),
+    tagged ``leakpipe.adapted``, with the alias ``adapted``: the same task, inputs and outputs
+    as the evaluated versions, so one model; its own alias, because it was judged on val and
+    the field check set, not on test (promote's ``candidate`` stays evaluate's). Once per adapt
+    run: a rerun of a finished run, which changes nothing, registers nothing again."""
+    parent = run.parent
+    if parent.run_id is None or tracking.run_tag(parent.run_id,
+                                                 tracking.TAG_REGISTERED_VERSION):
+        return
+    from leakpipe.serve.model import log_served_detector  # loads mlflow.pyfunc: only here
+
+    uri = log_served_detector(run.paths.adapted)
+    parent.set_tags({tracking.TAG_DETECTOR_URI: uri})
+    state, seed_sha = run.state, file_sha256(run.paths.detector)
+    description = adapted_description(state.rounds, state.accepted["round"], state.stop_reason,
+                                      network=network_text(run.seed), seed_sha=seed_sha,
+                                      pool=len(run.pool))
+    register_version(parent, uri, name, alias=tracking.ALIAS_ADAPTED, tags={
+        tracking.TAG_ADAPTED: "true", tracking.TAG_ADAPT_RUN: parent.run_id,
+        tracking.TAG_SEED_SHA256: seed_sha}, description=description)

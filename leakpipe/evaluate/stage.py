@@ -11,8 +11,10 @@
    then the same figures, the confusion / ROC / PR / threshold / reliability plots, the
    predictions table and the detector are logged to the run;
 5. with ``evaluate.registered_model`` set, the logged detector becomes a new version of that
-   registered model, tagged with this run, its commit and its test F1, and the alias
-   ``candidate`` moves to it: `leakpipe promote` decides whether it becomes ``champion``.
+   registered model, tagged with this run, its commit and its test F1, described (network,
+   training data, operating point, test figures with intervals:
+   ``leakpipe.evaluate.registration``), and the alias ``candidate`` moves to it: `leakpipe
+   promote` decides whether it becomes ``champion``.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from leakpipe.evaluate.detector_evaluation import (
     evaluation_figures,
     write_outputs,
 )
+from leakpipe.evaluate.registration import evaluated_description, register_version, training_text
 from leakpipe.files import file_sha256
 from leakpipe.preload.plan import read_plan
 from leakpipe.runtime import make_runtime
@@ -78,7 +81,7 @@ def run_evaluate(paths: EvaluatePaths, params: Path, *, progress: bool = True) -
         trust.log_datasets(run, splits)
         run.log_params({STAGE: dataclasses.asdict(cfg), "decision": dataclasses.asdict(decision),
                         "runtime": dataclasses.asdict(rt), "model_file": str(paths.model)})
-        _link_train_run(run, sha)
+        train_run = _link_train_run(run, sha)
         evaluation = evaluate_detector(network, splits, plan, cfg, decision, runtime,
                                        progress=progress)
         detector = detector_of(evaluation, network, batch_limits(plan, cfg), min_clip_fraction)
@@ -87,19 +90,25 @@ def run_evaluate(paths: EvaluatePaths, params: Path, *, progress: bool = True) -
                       detector_path=paths.detector)
         detector_uri = _log_evaluation(run, evaluation, paths)
         if cfg.registered_model and detector_uri is not None:
+            data = tracking.run_tag(train_run, tracking.TAG_DATA) if train_run else None
+            description = evaluated_description(
+                evaluation, network, cfg.confidence, model_sha=sha,
+                test_sha=trust.sha256["test"], training=training_text(data, train_run))
             _register(run, evaluation, detector_uri, cfg.registered_model,
                       {tracking.TAG_TEST_SHA256: trust.sha256["test"],
-                       tracking.TAG_MODEL_SHA256: sha})
+                       tracking.TAG_MODEL_SHA256: sha}, description)
     print(summary_line(evaluation, paths.metrics))
     return 0
 
 
-def _link_train_run(run: Tracker, sha: str) -> None:
+def _link_train_run(run: Tracker, sha: str) -> str | None:
+    """Tag the run with the train run that wrote this network (found by its sha256); its id."""
     train_run = tracking.find_run_id("train", {tracking.TAG_MODEL_SHA256: sha})
     if train_run is None:
         log.info("no MLflow train run is tagged with this model's sha256; not linked")
-        return
+        return None
     run.set_tags({tracking.TAG_TRAIN_RUN: train_run})
+    return train_run
 
 
 def _log_evaluation(run: Tracker, evaluation: Evaluation, paths: EvaluatePaths) -> str | None:
@@ -125,22 +134,20 @@ def _log_evaluation(run: Tracker, evaluation: Evaluation, paths: EvaluatePaths) 
 
 
 def _register(run: Tracker, evaluation: Evaluation, uri: str, name: str,
-              tags: dict[str, str]) -> None:
+              tags: dict[str, str], description: str) -> None:
     """The logged detector ``uri`` as a new version of ``name`` with the alias ``candidate``;
     the version is tagged with this run, its test F1 and ``tags`` (the git commit and DVC
-    experiment come from the run itself, see ``tracking.register_detector``).
+    experiment come from the run itself, see ``tracking.register_detector``) and carries
+    ``description``.
 
     Only ``candidate`` moves here: which version serves (``champion``) is `leakpipe promote`'s
     decision, made on the test split against the current champion, never a side effect of
     re-running an experiment.
     """
-    version = tracking.register_detector(uri, name, {
+    register_version(run, uri, name, alias=tracking.ALIAS_CANDIDATE, tags={
         **tags, tracking.TAG_EVALUATE_RUN: str(run.run_id),
-        tracking.TAG_TEST_F1: f"{evaluation.metrics['test/file_f1']:.4f}"})
-    tracking.set_alias(name, tracking.ALIAS_CANDIDATE, version)
-    run.set_tags({tracking.TAG_REGISTERED_VERSION: f"{name}/{version}"})
-    log.info("detector registered as %s version %s (alias %s)", name, version,
-             tracking.ALIAS_CANDIDATE)
+        tracking.TAG_TEST_F1: f"{evaluation.metrics['test/file_f1']:.4f}"},
+        description=description)
 
 
 def summary_line(evaluation: Evaluation, path: Path) -> str:

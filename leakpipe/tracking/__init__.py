@@ -15,14 +15,15 @@ pyfunc model from code (the served detector, built in ``leakpipe.serve``).
 Modules: ``names`` (experiment, tag and artifact names), ``trackers`` (the ``Tracker``
 protocol, ``NullTracker``, ``MlflowTracker``), ``runs`` (the store, starting, finding and
 closing runs), ``models`` (detector files as MLflow logged models, and their versions in the
-model registry with the aliases ``candidate`` / ``champion``). Callers use this package's
-names (``tracking.start_run``); to replace a function in a test, patch it in the module that
-calls it (``leakpipe.tracking.runs.tracking_uri`` for ``start_run``), not here.
+model registry with the aliases ``candidate`` / ``champion`` / ``adapted``). Callers use this
+package's names (``tracking.start_run``); to replace a function in a test, patch it in the
+module that calls it (``leakpipe.tracking.runs.tracking_uri`` for ``start_run``), not here.
 """
 
 from __future__ import annotations
 
 from leakpipe.tracking.models import (
+    MODEL_DESCRIPTION,
     DetectorVersion,
     RegistryError,
     alias_version,
@@ -35,6 +36,7 @@ from leakpipe.tracking.models import (
     set_version_tags,
 )
 from leakpipe.tracking.names import (
+    ALIAS_ADAPTED,
     ALIAS_CANDIDATE,
     ALIAS_CHAMPION,
     DATASET_CONTEXT,
@@ -45,6 +47,8 @@ from leakpipe.tracking.names import (
     MODEL_NAME,
     RUN_NAME_TAG,
     SYSTEM_SAMPLES_BEFORE_LOGGING,
+    TAG_ADAPT_RUN,
+    TAG_ADAPTED,
     TAG_DATA,
     TAG_DETECTOR_URI,
     TAG_ERROR,
@@ -54,6 +58,7 @@ from leakpipe.tracking.names import (
     TAG_MODEL_SHA256,
     TAG_PROMOTE_RUN,
     TAG_REGISTERED_VERSION,
+    TAG_SEED_SHA256,
     TAG_STAGE,
     TAG_TEST_F1,
     TAG_TEST_SHA256,
@@ -69,6 +74,7 @@ from leakpipe.tracking.runs import (
     find_run_id,
     git_commit,
     nest_runs,
+    run_tag,
     run_tags,
     scratch_dir,
     start_run,
@@ -77,6 +83,7 @@ from leakpipe.tracking.runs import (
 from leakpipe.tracking.trackers import MlflowTracker, NullTracker, Tracker, flatten
 
 __all__ = [
+    "ALIAS_ADAPTED",
     "ALIAS_CANDIDATE",
     "ALIAS_CHAMPION",
     "DATASET_CONTEXT",
@@ -84,9 +91,12 @@ __all__ = [
     "DETECTOR_SUFFIX",
     "DVC_ENV_TAGS",
     "EXPERIMENT_KIND",
+    "MODEL_DESCRIPTION",
     "MODEL_NAME",
     "RUN_NAME_TAG",
     "SYSTEM_SAMPLES_BEFORE_LOGGING",
+    "TAG_ADAPT_RUN",
+    "TAG_ADAPTED",
     "TAG_DATA",
     "TAG_DETECTOR_URI",
     "TAG_ERROR",
@@ -96,6 +106,7 @@ __all__ = [
     "TAG_MODEL_SHA256",
     "TAG_PROMOTE_RUN",
     "TAG_REGISTERED_VERSION",
+    "TAG_SEED_SHA256",
     "TAG_STAGE",
     "TAG_TEST_F1",
     "TAG_TEST_SHA256",
@@ -120,6 +131,7 @@ __all__ = [
     "log_pyfunc",
     "model_flavors",
     "register_detector",
+    "run_tag",
     "run_tags",
     "scratch_dir",
     "set_alias",

@@ -2,10 +2,15 @@
 it servable), registering it, fetching one by URI.
 
 The registry: evaluate registers each detector it logs as a new version of one registered
-model (``register_detector``) and points the alias ``candidate`` at it; `leakpipe promote` reads
-the versions behind ``candidate`` and ``champion`` (``alias_version``) and moves ``champion``
-(``set_alias``). A version is fetched like any model: ``download_model("models:/<name>@<alias>")``
-or ``models:/<name>/<version>``.
+model (``register_detector``) and points the alias ``candidate`` at it; `leakpipe adapt`
+registers its field-adapted detector the same way with the alias ``adapted``; `leakpipe
+promote` reads the versions behind ``candidate`` and ``champion`` (``alias_version``) and moves
+``champion`` (``set_alias``). A version is fetched like any model:
+``download_model("models:/<name>@<alias>")`` or ``models:/<name>/<version>``.
+
+The registry explains itself: the registered model carries ``MODEL_DESCRIPTION`` (what the
+detector is, what each alias means), each version the description its stage wrote (training
+data, figures with their intervals).
 """
 
 from __future__ import annotations
@@ -20,6 +25,18 @@ from leakpipe.tracking.names import DETECTOR_SUFFIX, VERSION_SOURCE_TAGS
 from leakpipe.tracking.runs import tracking_uri
 
 LOGGED_MODEL_PREFIX = "models:/"
+DESCRIPTION_CHARS = 5000          # MLflow's column for a model's or a version's description
+MODEL_DESCRIPTION = (
+    "leakpipe's acoustic leak detector for water pipes. A CNN (LeakCNN) scores log-mel segments "
+    "of a pipe recording; its segment probabilities are voted into one leak score per recording, "
+    "which is compared with an operating point chosen on the val split. Each version is one "
+    "detector file (network, operating point, scoring rules), an MLflow pyfunc model that "
+    "`leakpipe serve` and `leakpipe predict --model models:/...` take. Aliases: candidate = the "
+    "newest detector `leakpipe evaluate` scored on the test split; champion = the version "
+    "`leakpipe promote` let through (paired bootstrap on the test split); adapted = the newest "
+    "field-adapted detector of `leakpipe adapt` (pseudo-labelled field recordings; scored on "
+    "val and the field check set, not on test). Each version's description gives its training "
+    "data and its figures.")
 
 
 class RegistryError(LeakpipeError):
@@ -132,23 +149,30 @@ def _logged_model_id(uri: str) -> str:
 
 
 def _ensure_registered_model(client: Any, name: str) -> None:
-    """Create registered model ``name`` unless it exists; two evaluate runs at once (queued
-    DVC experiments) may both try, and the second one's attempt is not an error."""
+    """Create registered model ``name`` with ``MODEL_DESCRIPTION`` unless it exists; two
+    evaluate runs at once (queued DVC experiments) may both try, and the second one's attempt
+    is not an error. A model without a description (made before leakpipe wrote one) gets it; a
+    description someone wrote is kept."""
     from mlflow.exceptions import MlflowException
 
     try:
-        client.create_registered_model(name)
+        client.create_registered_model(name, description=MODEL_DESCRIPTION)
+        return
     except MlflowException as exc:
         if exc.error_code not in ("RESOURCE_ALREADY_EXISTS", "ALREADY_EXISTS"):
             raise
+    if not client.get_registered_model(name).description:
+        client.update_registered_model(name, description=MODEL_DESCRIPTION)
 
 
-def register_detector(uri: str, name: str, tags: Mapping[str, str] | None = None) -> str:
+def register_detector(uri: str, name: str, tags: Mapping[str, str] | None = None,
+                      description: str = "") -> str:
     """Register the logged detector ``uri`` (from ``log_detector``) as a new version of the
     registered model ``name`` (created when absent); returns the version number.
 
     The version carries ``tags`` plus the git commit, DVC experiment and unvalidated tags of
-    the run that logged the model, so a version says where it came from without its run.
+    the run that logged the model, so a version says where it came from without its run, and
+    ``description`` (what it was trained on, its figures; cut to MLflow's 5000 characters).
     """
     from mlflow.exceptions import MlflowException
 
@@ -161,7 +185,8 @@ def register_detector(uri: str, name: str, tags: Mapping[str, str] | None = None
         _ensure_registered_model(client, name)
         version = client.create_model_version(name, source=uri, run_id=run_id,
                                               tags={**version_tags, **(tags or {})},
-                                              model_id=model_id)
+                                              description=description[:DESCRIPTION_CHARS]
+                                              or None, model_id=model_id)
     except MlflowException as exc:
         raise RegistryError(f"{name}: cannot register {uri} in the MLflow model registry "
                             f"({exc.message})") from None

@@ -38,6 +38,12 @@ DATASET_CONTEXT = {"train": "training", "val": "validation", "test": "testing"}
 # `leakpipe promote` moves ALIAS_CHAMPION to the candidate when the rule allows it.
 ALIAS_CANDIDATE = "candidate"
 ALIAS_CHAMPION = "champion"
+# `leakpipe adapt` registers its field-adapted detector as a version of the same model, tagged
+# TAG_ADAPTED, with the alias ALIAS_ADAPTED (never candidate: it is not scored on test).
+ALIAS_ADAPTED = "adapted"
+TAG_ADAPTED = "leakpipe.adapted"                 # on a version: "true" for an adapted detector
+TAG_ADAPT_RUN = "leakpipe.adapt_run_id"          # on a version: the adapt run that made it
+TAG_SEED_SHA256 = "leakpipe.seed_detector_sha256"  # on a version: the detector adapt started from
 TAG_EVALUATE_RUN = "leakpipe.evaluate_run_id"    # on a version: the evaluate run that made it
 TAG_TEST_F1 = "leakpipe.test_file_f1"            # on a version: its test file F1 at evaluate
 TAG_TEST_SHA256 = "leakpipe.test_sha256"         # on a version: the test split it was scored on

@@ -222,6 +222,16 @@ def find_run_id(stage: str, tags: Mapping[str, str]) -> str | None:
     return runs[0].info.run_id if runs else None
 
 
+def run_tag(run_id: str, key: str) -> str | None:
+    """Tag ``key`` of run ``run_id``; None when the run or the tag is not in the store."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        return _client().get_run(run_id).data.tags.get(key)
+    except MlflowException:
+        return None
+
+
 def nest_runs(parent_run_id: str, tag: str, values: Sequence[str]) -> int:
     """Make every run whose ``tag`` is one of ``values`` a child of ``parent_run_id`` (MLflow's
     ``mlflow.parentRunId`` tag), so the UI lists them under it; returns how many were nested.

@@ -1,0 +1,105 @@
+"""The model registry explains itself: the registered model and every version evaluate registers
+carry descriptions (what the detector is, its training data, its test figures with intervals).
+
+A real SQLite MLflow store, a detector with known outputs on small validated val / test splits
+(``tests.helpers_detector``), the real `leakpipe evaluate`. adapt's own version (alias
+``adapted``) is checked by tests/test_adapt_stage.py on a finished adaptation.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from mlflow import MlflowClient
+
+from leakpipe import tracking
+from leakpipe.cli import main
+from leakpipe.config import load_section
+from leakpipe.constants import KNOWN_CLASSES
+from leakpipe.evaluate.registration import figure_text, training_text
+from leakpipe.files import file_sha256
+from tests.conftest import PARAMS
+from tests.helpers_detector import (
+    copied_store,
+    known_detector,
+    leak_probs,
+    one_torch_thread,
+    restore_logging,
+    write_plan,
+    write_prob_split,
+)
+
+NAME = load_section(PARAMS, "evaluate").registered_model
+FILES = 40                     # per split, two clips per recording
+
+_keep_logging = pytest.fixture(autouse=True)(restore_logging)
+_one_thread = pytest.fixture(autouse=True)(one_torch_thread)
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Network, validated val / test splits and preload plan in a folder with its own store."""
+    monkeypatch.setenv("DVC_ROOT", str(tmp_path))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", copied_store(tmp_path / "mlruns"))
+    monkeypatch.chdir(tmp_path)
+    known_detector(tmp_path / "models" / "model.pt", binary=True)
+    rng = np.random.default_rng(0)
+    for split in ("val", "test"):
+        labels = np.repeat(rng.integers(0, len(KNOWN_CLASSES), FILES // 2), 2)
+        write_prob_split(tmp_path / "data" / "processed" / f"{split}.h5",
+                         leak_probs(rng, labels, KNOWN_CLASSES, spread=0.15), labels,
+                         split=split, recording_ids=[f"{split}-r{i // 2}" for i in range(FILES)])
+    write_plan(tmp_path / "reports" / "preload.json")
+    assert main(["validate", "--params", str(PARAMS), "--splits", "val", "test",
+                 "--no-progress"]) == 0
+    return tmp_path
+
+
+def test_evaluate_registers_a_described_version_of_a_described_model(project: Path) -> None:
+    client = MlflowClient()
+    client.create_registered_model(NAME)            # a store from before: no description yet
+    sha = file_sha256(project / "models" / "model.pt")
+    data = f"train:{'a' * 64},val:{'b' * 64}"
+    with tracking.start_run("train", tags={tracking.TAG_MODEL_SHA256: sha,
+                                           tracking.TAG_DATA: data}) as train_run:
+        pass
+
+    assert main(["evaluate", "--params", str(PARAMS), "--no-progress"]) == 0
+
+    assert client.get_registered_model(NAME).description == tracking.MODEL_DESCRIPTION
+    version = client.get_model_version_by_alias(NAME, tracking.ALIAS_CANDIDATE)
+    text = version.description
+    test = json.loads((project / "metrics" / "eval.json").read_text())["test"]
+    f1 = f"F1 {test['file_f1']:.3f} [{test['file_f1_ci_low']:.3f}, {test['file_f1_ci_high']:.3f}]"
+    assert text.startswith("Leak detector of `leakpipe evaluate`: LeakCNN on log-mel segments")
+    assert f1 in text and "ROC-AUC" in text and "95% intervals resampling recordings" in text
+    assert f"sensitivity {test['file_recall']:.3f} [" in text
+    assert f"trained on the train split sha256 {'a' * 12}, val split sha256 {'b' * 12}" in text
+    assert f"(train run {train_run.run_id})" in text and f"sha256 {sha[:12]}" in text
+    test_sha = file_sha256(project / "data" / "processed" / "test.h5")
+    assert f"Test split (file sha256 {test_sha[:12]}, {FILES} clips of {FILES // 2} recordings)" \
+        in text
+
+
+def test_a_description_someone_wrote_is_kept(project: Path) -> None:
+    client = MlflowClient()
+    client.create_registered_model(NAME, description="ours: the pilot at site 4")
+    assert main(["evaluate", "--params", str(PARAMS), "--no-progress"]) == 0
+    assert client.get_registered_model(NAME).description == "ours: the pilot at site 4"
+    version = client.get_model_version_by_alias(NAME, tracking.ALIAS_CANDIDATE)
+    assert "training data not known here (no train run of this network" in version.description
+
+
+def test_figures_and_training_data_in_words() -> None:
+    metrics = {"f1": 0.7062, "f1_ci_low": 0.669, "f1_ci_high": 0.7396, "auc": float("nan"),
+               "acc": 0.5}
+    assert figure_text(metrics, "f1") == "0.706 [0.669, 0.740]"
+    assert figure_text(metrics, "acc") == "0.500"           # no bootstrap: the figure alone
+    assert figure_text(metrics, "auc") == figure_text(metrics, "missing") == "n/a"
+    assert training_text(None, None).startswith("training data not known here")
+    assert training_text(f"val:{'2' * 64},train:{'1' * 64}", "r1") == (
+        f"trained on the train split sha256 {'1' * 12}, val split sha256 {'2' * 12} "
+        "(train run r1)")
