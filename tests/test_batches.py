@@ -22,7 +22,7 @@ from leakpipe.data.resident_source import ResidentSource
 from leakpipe.data.schema import task_labels
 from leakpipe.data.split_info import load_resident, read_split_info
 from leakpipe.data.stream_source import StreamSource
-from leakpipe.data.writer import SplitWriter
+from tests.helpers_augment import write_split
 
 N_FILES = 20
 CHUNK_MB = 0.005      # 3 files per chunk with the tiny features -> 7 chunks
@@ -35,16 +35,7 @@ KINDS = ("ram", "stream")
 @pytest.fixture
 def split(tmp_path: Path, tiny_features) -> Path:
     """20 files, labels cycling through KNOWN_CLASSES (4 LEAK files), ids written in the data."""
-    path = tmp_path / "train.h5"
-    n_long, n_short = tiny_features.segment_shape[:2]
-    rng = np.random.default_rng(0)
-    with SplitWriter(path, "train", tiny_features, KNOWN_CLASSES, chunk_mb=CHUNK_MB) as writer:
-        for row in range(N_FILES):
-            mel = rng.normal(-40, 10, (1, *tiny_features.segment_shape)).astype(np.float16)
-            mel[0, :, :, 0, 0] = row
-            mel[0, :, :, 1, 0] = np.arange(n_long * n_short).reshape(n_long, n_short)
-            writer.append(mel, row % len(KNOWN_CLASSES), f"rec{row}.wav", f"site{row % 4}")
-    return path
+    return write_split(tmp_path / "train.h5", tiny_features)
 
 
 def make(kind: str, path: Path, binary: bool = True, **kw) -> ResidentSource | StreamSource:

@@ -13,14 +13,12 @@ import json
 import subprocess
 from pathlib import Path
 
-import numpy as np
 import pytest
 import yaml
 
 from leakpipe import tracking
 from leakpipe.cli import main
 from leakpipe.config import ConfigError, load_section
-from leakpipe.constants import KNOWN_CLASSES
 from leakpipe.detector import load_detector, save_detector
 from leakpipe.errors import DataError
 from leakpipe.evaluate.bootstrap import Interval
@@ -30,12 +28,10 @@ from tests.conftest import PARAMS
 from tests.helpers_detector import (
     copied_store,
     known_detector,
-    leak_probs,
     one_torch_thread,
     restore_logging,
-    write_plan,
-    write_prob_split,
 )
+from tests.helpers_project import evaluable_project
 
 NAME = load_section(PARAMS, "evaluate").registered_model
 CHAMPION_URI = f"models:/{NAME}@{tracking.ALIAS_CHAMPION}"
@@ -51,20 +47,7 @@ _one_thread = pytest.fixture(autouse=True)(one_torch_thread)
 def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A repo-like folder (a git checkout) with network, validated val / test splits, preload
     plan and an empty MLflow store; the working directory."""
-    monkeypatch.setenv("DVC_ROOT", str(tmp_path))
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", copied_store(tmp_path / "mlruns"))
-    monkeypatch.chdir(tmp_path)
-    known_detector(tmp_path / "models" / "model.pt", binary=True)
-    rng = np.random.default_rng(0)
-    for split, n in SPLIT_FILES.items():        # two clips per recording
-        labels = np.repeat(rng.integers(0, len(KNOWN_CLASSES), n // 2), 2)
-        write_prob_split(tmp_path / "data" / "processed" / f"{split}.h5",
-                         leak_probs(rng, labels, KNOWN_CLASSES, spread=0.15), labels,
-                         split=split, recording_ids=[f"{split}-r{i // 2}" for i in range(n)])
-    write_plan(tmp_path / "reports" / "preload.json")
-    assert main(["validate", "--params", str(PARAMS), "--splits", "val", "test",
-                 "--no-progress"]) == 0
-    return tmp_path
+    return evaluable_project(tmp_path, monkeypatch, SPLIT_FILES)
 
 
 def _git_commit(root: Path) -> str:

@@ -11,26 +11,20 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import numpy as np
 import pytest
 from mlflow import MlflowClient
 
 from leakpipe import tracking
 from leakpipe.cli import main
 from leakpipe.config import load_section
-from leakpipe.constants import KNOWN_CLASSES
 from leakpipe.evaluate.registration import figure_text, training_text
 from leakpipe.files import file_sha256
 from tests.conftest import PARAMS
 from tests.helpers_detector import (
-    copied_store,
-    known_detector,
-    leak_probs,
     one_torch_thread,
     restore_logging,
-    write_plan,
-    write_prob_split,
 )
+from tests.helpers_project import evaluable_project
 
 NAME = load_section(PARAMS, "evaluate").registered_model
 FILES = 40                     # per split, two clips per recording
@@ -42,20 +36,7 @@ _one_thread = pytest.fixture(autouse=True)(one_torch_thread)
 @pytest.fixture
 def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Network, validated val / test splits and preload plan in a folder with its own store."""
-    monkeypatch.setenv("DVC_ROOT", str(tmp_path))
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", copied_store(tmp_path / "mlruns"))
-    monkeypatch.chdir(tmp_path)
-    known_detector(tmp_path / "models" / "model.pt", binary=True)
-    rng = np.random.default_rng(0)
-    for split in ("val", "test"):
-        labels = np.repeat(rng.integers(0, len(KNOWN_CLASSES), FILES // 2), 2)
-        write_prob_split(tmp_path / "data" / "processed" / f"{split}.h5",
-                         leak_probs(rng, labels, KNOWN_CLASSES, spread=0.15), labels,
-                         split=split, recording_ids=[f"{split}-r{i // 2}" for i in range(FILES)])
-    write_plan(tmp_path / "reports" / "preload.json")
-    assert main(["validate", "--params", str(PARAMS), "--splits", "val", "test",
-                 "--no-progress"]) == 0
-    return tmp_path
+    return evaluable_project(tmp_path, monkeypatch, {"val": FILES, "test": FILES})
 
 
 def test_evaluate_registers_a_described_version_of_a_described_model(project: Path) -> None:
