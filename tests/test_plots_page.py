@@ -84,6 +84,10 @@ def test_the_page_holds_every_plot_of_this_project_and_fetches_nothing(tmp_path:
     for name in ("dvc.yaml", "params.yaml"):      # params: dvc.yaml interpolates ${...}
         shutil.copy(REPO / name, project / name)
     shutil.copytree(REPO / "plots", project / "plots")
+    history = project / "plots" / "train" / "history.csv"
+    if not history.is_file():     # a DVC-cached output: absent from a fresh clone until dvc pull
+        history.write_text("epoch,train/loss,val/loss,train/lr,val/file_f1\n"
+                           "0,1.2,1.3,0.002,0.6\n1,0.9,1.1,0.001,0.7\n")
     _dvc_project(project)
     out = tmp_path / "page"
 

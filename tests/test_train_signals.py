@@ -9,6 +9,7 @@ import contextlib
 import csv
 import dataclasses
 import itertools
+import logging
 import os
 import signal
 import subprocess
@@ -250,7 +251,7 @@ def test_a_stop_before_an_epoch_names_the_partial_checkpoint_it_resumed_from(
 
 def test_a_stop_during_the_last_validation_names_the_checkpoint_the_rerun_resumes_from(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-        capsys: pytest.CaptureFixture[str]) -> None:
+        ) -> None:
     """Ctrl-C while the last epoch validates: fit returns, the stage stops (exit 130) and says
     which file the re-run starts from, the one ``restore`` resumes from (the message used to
     name best.pt, the resume used epoch-NNNN.pt)."""
@@ -268,9 +269,24 @@ def test_a_stop_during_the_last_validation_names_the_checkpoint_the_rerun_resume
 
     monkeypatch.setattr(stage, "fit", fit_then_ctrl_c)
     monkeypatch.setattr(stage, "_tracker", lambda *_: contextlib.nullcontext(NullTracker()))
-    assert cli.main(["train", *stage_args(ws)]) == 130
-    told = [line for line in capsys.readouterr().err.splitlines()
-            if "stopped after the last epoch" in line]
+    # the log records themselves, on the stage's own logger: the CLI replaces the root's
+    # handlers (basicConfig force) and an earlier test may have left levels or streams behind
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler(logging.INFO)
+    handler.emit = records.append                       # type: ignore[method-assign]
+    logger = logging.getLogger("leakpipe.train.stage")
+    level, disabled = logger.level, logger.disabled
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    logger.disabled = False
+    logging.disable(logging.NOTSET)
+    try:
+        assert cli.main(["train", *stage_args(ws)]) == 130
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+        logger.disabled = disabled
+    told = [r.getMessage() for r in records if "stopped after the last epoch" in r.getMessage()]
     resumed = _fit(ws, ws.checkpoints)                          # what the re-run does
     assert resumed.resumed_from == ws.checkpoints / "epoch-0000.pt" and resumed.epochs_run == 0
     assert len(told) == 1, told
