@@ -38,6 +38,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime
 import torch
+from bench_evaluate import rounds  # interleaved timing rounds; run as a script from benchmarks/
 
 from leakpipe.config import load_section
 from leakpipe.constants import KNOWN_CLASSES
@@ -121,18 +122,6 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
-
-
-def rounds(modes: dict[str, Callable[[], float]], n_rounds: int) -> dict[str, list[float]]:
-    """Interleave the modes so machine noise hits them alike; seconds per mode per round."""
-    for measure in modes.values():
-        measure()                                       # warm-up (allocators, kernels)
-    times: dict[str, list[float]] = {name: [] for name in modes}
-    for r in range(n_rounds):
-        for name, measure in modes.items():
-            times[name].append(measure())
-            log.info("round %d %s: %.2f s", r, name, times[name][-1])
-    return times
 
 
 def main() -> None:
