@@ -22,8 +22,13 @@ install: $(STAMP)
 run: $(STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/dvc repro
 
+# Two workers (pytest-xdist), each running whole modules (module fixtures are built once):
+# much of the suite waits on subprocesses, so two workers keep this 2-core machine busy.
+# `make test TEST_WORKERS=0` runs it in one process.
+TEST_WORKERS ?= 2
 test: $(STAMP)
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -q --durations=15
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile \
+	  --durations=15
 
 lint: $(STAMP)
 	$(BIN)/ruff check leakpipe stages tests benchmarks

@@ -15,6 +15,17 @@ REPO = Path(__file__).resolve().parents[1]
 PARAMS = REPO / "params.yaml"
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The slow end-to-end tests first, in their modules' order, the rest after them.
+
+    `make test` runs the suite on two workers, a module at a time each (``--dist loadfile``);
+    the test_pipeline module alone takes minutes. Started last, it would run on one worker
+    while the other sat idle; started first, the many short modules fill the other worker
+    meanwhile. A stable sort: the order inside each group stays the collection order.
+    """
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 @pytest.fixture(scope="session")
 def build_cfg() -> BuildConfig:
     return load_section(PARAMS, "build")

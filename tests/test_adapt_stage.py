@@ -182,6 +182,7 @@ def test_a_round_that_worsens_val_is_rejected_and_the_previous_model_stands(
     assert _state(tmp_path)["rounds"][0]["round"] == 0
 
 
+@pytest.mark.slow
 def test_a_run_killed_between_rounds_resumes_after_the_last_finished_round(
         tmp_path: Path) -> None:
     files = _project(tmp_path)

@@ -210,6 +210,7 @@ def source_run(tmp_path: Path) -> Iterator[tuple[Path, list[str], dict[str, str]
     yield tmp_path, cmd, _env(tmp_path)
 
 
+@pytest.mark.slow
 def test_cv_on_a_manifest_killed_between_folds_resumes_after_the_finished_fold(
         source_run: tuple[Path, list[str], dict[str, str]]) -> None:
     root, cmd, env = source_run

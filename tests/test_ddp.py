@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 
 from leakpipe.config import load_section
@@ -32,6 +33,7 @@ DDP_TRAIN = {"epochs": 4}
 TIMEOUT_S = 300
 
 
+@pytest.mark.slow
 def test_two_processes_train_with_ddp_and_the_checkpoint_loads_in_one(tmp_path: Path) -> None:
     ws = make_workspace(tmp_path, train=DDP_TRAIN)
     uri = fresh_mlflow_uri(tmp_path)

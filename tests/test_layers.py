@@ -32,6 +32,7 @@ Where a change goes (docs/architecture.md says the same):
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from collections import defaultdict
@@ -39,6 +40,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import test_dvc_deps
 from tests.test_dvc_deps import PACKAGE, REPO, imported_names, module_file
 
 LAYERS: tuple[tuple[str, ...], ...] = (
@@ -130,32 +132,37 @@ def test_layer_table_reads_as_documented(unit: str, expected: int) -> None:
     assert LAYER_OF[unit] == expected
 
 
+def _package_copy(root: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A copy of the package under ``root`` that the checks read instead of the checkout: a
+    probe module written into the real package would be seen by tests running beside this one
+    (the suite runs on several workers)."""
+    shutil.copytree(REPO / PACKAGE, root / PACKAGE, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(test_dvc_deps, "REPO", root)
+    monkeypatch.setattr(sys.modules[__name__], "REPO", root)
+    return root / PACKAGE
+
+
 def test_an_upward_import_is_caught(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The check itself: a decision module importing the trainer is reported."""
-    bad = REPO / PACKAGE / "decision" / "_layer_probe.py"
-    bad.write_text('"""probe"""\nfrom leakpipe.train import fit\n')
-    try:
-        with pytest.raises(AssertionError, match="_layer_probe.py -> leakpipe/train"):
-            test_imports_point_down()
-    finally:
-        bad.unlink()
+    package = _package_copy(tmp_path, monkeypatch)
+    (package / "decision" / "_layer_probe.py").write_text(
+        '"""probe"""\nfrom leakpipe.train import fit\n')
+    with pytest.raises(AssertionError, match="_layer_probe.py -> leakpipe/train"):
+        test_imports_point_down()
 
 
-def test_a_lazy_or_type_checking_import_cycle_is_caught() -> None:
+def test_a_lazy_or_type_checking_import_cycle_is_caught(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The check itself: a imports b inside a function, b imports a only for type checking;
     neither runs at import time, both make the circle (evaluate.plots <-> detector_evaluation
     was one)."""
-    probe = REPO / PACKAGE / "decision"
+    probe = _package_copy(tmp_path, monkeypatch) / "decision"
     a, b = probe / "_cycle_probe_a.py", probe / "_cycle_probe_b.py"
     a.write_text('"""probe"""\n\n\ndef f() -> None:\n'
                  '    from leakpipe.decision import _cycle_probe_b  # noqa: F401\n')
     b.write_text('"""probe"""\nfrom typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n'
                  '    from leakpipe.decision import _cycle_probe_a  # noqa: F401\n')
-    try:
-        cycles = import_cycles(module_edges())
-    finally:
-        a.unlink()
-        b.unlink()
+    cycles = import_cycles(module_edges())
     assert any("_cycle_probe_a.py -> leakpipe/decision/_cycle_probe_b.py" in c for c in cycles)
 
 

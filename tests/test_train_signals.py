@@ -112,6 +112,7 @@ def _history(ws: Workspace) -> list[dict[str, str]]:
                 for row in csv.DictReader(handle)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("signum", "code", "rerun"), [(signal.SIGINT, 130, True),
                                                       (signal.SIGTERM, 143, False)])
 def test_signal_checkpoints_mid_epoch_and_the_rerun_ends_the_same(

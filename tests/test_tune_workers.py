@@ -35,6 +35,7 @@ def _no_env_storage(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("OPTUNA_STORAGE", raising=False)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("storage", STORAGES)
 def test_two_workers_finish_exactly_the_budget(tmp_path, monkeypatch, storage: str) -> None:
     tracked = storage == "journal"          # MLflow from worker processes: once is enough
@@ -73,6 +74,7 @@ def _fresh_trial_of(study: optuna.Study, pid: int) -> bool:
                for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("storage", STORAGES)
 def test_sigkill_of_a_worker_leaves_the_study_usable_and_complete(tmp_path, storage) -> None:
     ws = _workspace(tmp_path, storage, n_trials=4, epochs=2, pruner="none")
@@ -101,6 +103,7 @@ def test_sigkill_of_a_worker_leaves_the_study_usable_and_complete(tmp_path, stor
     assert len(ws.study().get_trials()) == 5
 
 
+@pytest.mark.slow
 def test_two_workers_on_postgresql_finish_exactly_the_budget(tmp_path, monkeypatch,
                                                              postgres_url: str) -> None:
     """A real PostgreSQL server (tests/conftest.py), as several machines would share it; the
