@@ -10,6 +10,7 @@ credit go away.
 
 from __future__ import annotations
 
+import csv
 import json
 from pathlib import Path
 
@@ -156,3 +157,34 @@ def floats(values: str | list[float]) -> list[float]:
 
 def occlusion_by_group(explained: dict) -> dict[int, dict]:
     return {g["group"]: g for g in explained["occlusion"]["groups"]}
+
+
+def test_predict_explain_writes_an_explanation_for_each_leak_call_only(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`leakpipe predict --explain DIR`: the CSV as without the flag, and PNG + JSON in DIR
+    for the recording called LEAK, none for the NOLEAK one; the JSON's call is the CSV's."""
+    leak = recording(tmp_path / "leak.wav", leak=True)
+    quiet = recording(tmp_path / "quiet.wav", leak=False)
+    det = band_reader_detector(tmp_path / "detector.pt")
+    out, explained = tmp_path / "pred.csv", tmp_path / "explained"
+
+    code = main(["predict", str(leak), str(quiet), "--model", str(det), "--out", str(out),
+                 "--explain", str(explained), "--device", "cpu", "--no-progress"])
+
+    assert code == 0
+    with out.open(newline="") as handle:
+        calls = {Path(r["path"]).name: r["decision"] for r in csv.DictReader(handle)}
+    assert calls == {"leak.wav": "LEAK", "quiet.wav": "NOLEAK"}
+    assert sorted(p.name for p in explained.iterdir()) == ["leak.json", "leak.png"]
+    assert json.loads((explained / "leak.json").read_text())["decision"] == "LEAK"
+    assert "1 LEAK decisions" in capsys.readouterr().out
+
+
+def test_predict_explain_without_a_leak_call_writes_nothing(tmp_path: Path) -> None:
+    quiet = recording(tmp_path / "quiet.wav", leak=False)
+    det = band_reader_detector(tmp_path / "detector.pt")
+    explained = tmp_path / "explained"
+
+    assert main(["predict", str(quiet), "--model", str(det), "--out", str(tmp_path / "p.csv"),
+                 "--explain", str(explained), "--device", "cpu", "--no-progress"]) == 0
+    assert not explained.exists()

@@ -28,6 +28,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="most segments per forward pass (default: sized from free memory, "
                              "capped by the detector's evaluate.max_batch_segments / "
                              "cpu_max_batch_segments)")
+    parser.add_argument("--explain", type=Path, default=None, metavar="DIR",
+                        help="also write `leakpipe explain`'s figure and JSON into DIR for every "
+                             "recording called LEAK (docs/explain.md)")
     add_params_argument(parser)   # scoring rules for detector files that do not hold them
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
@@ -35,6 +38,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from leakpipe.predict import run_predict
 
-    return run_predict(args.paths, args.model, args.out, args.params, device=args.device,
+    code = run_predict(args.paths, args.model, args.out, args.params, device=args.device,
                        resume=args.resume, progress=not args.no_progress,
                        max_batch_segments=args.batch_segments)
+    if args.explain is None:
+        return code
+    from leakpipe.explain.stage import explain_leaks
+
+    return max(code, explain_leaks(args.out, args.model, args.explain, args.params,
+                                   device=args.device))

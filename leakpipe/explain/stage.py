@@ -5,10 +5,14 @@ written atomically (two recordings with one stem get ``<stem>-2``, ...). The det
 scoring rules, the runtime and the batch size come from predict's own functions, so the
 unoccluded scores are predict's. A recording that cannot be read gets one line naming it and
 its reason; the others are still explained, and the exit code is then 3 (data).
+
+``explain_leaks`` is `leakpipe predict --explain DIR`: the same for every recording predict's CSV
+calls LEAK (the rows kept by ``--resume`` included), after predict has written it.
 """
 
 from __future__ import annotations
 
+import csv
 import io
 import logging
 import sys
@@ -23,6 +27,7 @@ from leakpipe.explain.occlusion import FILLS
 from leakpipe.explain.recording import Explanation, explain_recording, to_json
 from leakpipe.files import json_text, os_problem, write_bytes_atomic, write_text_atomic
 from leakpipe.predict import batch_budget, find_recordings, load, scoring_rules
+from leakpipe.predict_rows import STATUS_OK
 from leakpipe.runtime import make_runtime
 
 log = logging.getLogger(__name__)
@@ -71,6 +76,21 @@ def run_explain(paths: Sequence[Path], model: str, out: Path, params: Path, *,
         print(f"explain: {path}: {ex.decision} (score {ex.score:.3f}, threshold "
               f"{detector.threshold:g}); {_top(ex)} -> {out / stem}.png, .json")
     return 3 if failed else 0
+
+
+def explain_leaks(predictions: Path, model: str, out: Path, params: Path, *,
+                  device: str = "auto") -> int:
+    """``run_explain`` (default band groups and fill) on the recordings the predict CSV
+    ``predictions`` calls LEAK; 0 without any. The detector is loaded again, from the same
+    ``model``: the explanation's unoccluded score is then the CSV's."""
+    with Path(predictions).open(newline="") as handle:
+        leaks = [Path(row["path"]) for row in csv.DictReader(handle)
+                 if row["status"] == STATUS_OK and row["decision"] == DECISION_NAMES[1]]
+    if not leaks:
+        print(f"explain: no LEAK decision in {predictions}; nothing to explain")
+        return 0
+    print(f"explain: {len(leaks)} LEAK decisions in {predictions} -> {out}")
+    return run_explain(leaks, model, out, params, device=device)
 
 
 def _top(ex: Explanation) -> str:
