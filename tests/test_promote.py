@@ -147,6 +147,8 @@ def test_evaluate_registers_a_candidate_and_the_first_promote_crowns_it(
     assert _promote("--dry-run") == 0                    # the decision only, not scored
     out = capsys.readouterr().out
     assert "promote (dry run): " + f"{NAME} v1 would become champion" in out
+    card = (project / "reports" / "model_card.md").read_text().strip()
+    assert f"----- candidate: {NAME} v1 -----\n{card}\n\n----- champion: none yet -----" in out
     assert f"no champion yet; evaluate's test F1 {f1:.4f} (nothing to compare with" in out
     assert _alias(tracking.ALIAS_CHAMPION) is None and _promote_runs() == []
 
@@ -176,6 +178,7 @@ def test_promote_refuses_a_worse_candidate_and_crowns_a_better_or_equal_one(
     capsys.readouterr()
     assert _promote() == 0
     out = capsys.readouterr().out
+    assert f"----- candidate: {NAME} v2 -----" in out and f"----- champion: {NAME} v1 -----" in out
     assert f"{NAME} v2 is now champion (was v1)" in out and "lower end >= -margin" in out
     better = _promote_runs()[0].data.metrics
     assert better["promote/file_f1_diff_ci_low"] > 0
@@ -235,6 +238,7 @@ def test_before_the_first_promote_serve_says_what_to_run_and_a_dry_run_answers_a
     monkeypatch.setenv("MLFLOW_TRACKING_URI", copied_store(tmp_path / "mlruns"))
     monkeypatch.chdir(tmp_path)
     store = tracking.tracking_uri()
+    capsys.readouterr()      # MLflow's own lines when this process made the template store
 
     def serve_error() -> str:
         assert main(["serve", "--params", str(PARAMS)]) == 3     # nothing started
@@ -254,7 +258,9 @@ def test_before_the_first_promote_serve_says_what_to_run_and_a_dry_run_answers_a
     assert _promote("--dry-run", "--test", str(tmp_path / "absent.h5"),
                     "--plan", str(tmp_path / "absent.json")) == 0
     out = capsys.readouterr().out
-    assert out.startswith(f"promote (dry run): {NAME} v1 would become champion (was none): no "
-                          "champion yet (nothing to compare with: the test split was not "
-                          "scored)"), out
+    assert out.startswith(f"----- candidate: {NAME} v1 -----\n(this version has no "
+                          "description)\n\n----- champion: none yet -----\n"), out
+    assert out.splitlines()[-1].startswith(
+        f"promote (dry run): {NAME} v1 would become champion (was none): no champion yet "
+        "(nothing to compare with: the test split was not scored)"), out
     assert _alias(tracking.ALIAS_CHAMPION) is None and _promote_runs() == []

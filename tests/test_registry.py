@@ -54,14 +54,17 @@ def test_evaluate_registers_a_described_version_of_a_described_model(project: Pa
     version = client.get_model_version_by_alias(NAME, tracking.ALIAS_CANDIDATE)
     text = version.description
     test = json.loads((project / "metrics" / "eval.json").read_text())["test"]
-    f1 = f"F1 {test['file_f1']:.3f} [{test['file_f1_ci_low']:.3f}, {test['file_f1_ci_high']:.3f}]"
-    assert text.startswith("Leak detector of `leakpipe evaluate`: LeakCNN on log-mel segments")
+    f1 = f"| F1 | {test['file_f1']:.3f} [{test['file_f1_ci_low']:.3f}, " \
+         f"{test['file_f1_ci_high']:.3f}] |"
+    assert text == (project / "reports" / "model_card.md").read_text()   # the model card
+    assert text.startswith(f"# Model card: leak detector {sha[:12]}")
+    assert "- LeakCNN on log-mel segments" in text
     assert f1 in text and "ROC-AUC" in text and "95% intervals resampling recordings" in text
-    assert f"sensitivity {test['file_recall']:.3f} [" in text
+    assert f"| sensitivity | {test['file_recall']:.3f} [" in text
     assert f"trained on the train split sha256 {'a' * 12}, val split sha256 {'b' * 12}" in text
     assert f"(train run {train_run.run_id})" in text and f"sha256 {sha[:12]}" in text
     test_sha = file_sha256(project / "data" / "processed" / "test.h5")
-    assert f"Test split (file sha256 {test_sha[:12]}, {FILES} clips of {FILES // 2} recordings)" \
+    assert f"Test split: file sha256 {test_sha[:12]}, {FILES} clips of {FILES // 2} recordings" \
         in text
 
 

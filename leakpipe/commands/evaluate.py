@@ -38,6 +38,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="one row per test file")
     parser.add_argument("--detector", type=Path, default=Path("models/detector.pt"),
                         help="detector file with the chosen operating point (for predict)")
+    parser.add_argument("--model-card", type=Path, default=Path("reports/model_card.md"),
+                        help="the model card, Markdown; also the registered version's "
+                             "description (default: reports/model_card.md)")
+    parser.add_argument("--sim-to-real", type=Path, default=None, metavar="JSON",
+                        help="benchmarks/sim_to_real.py's report, quoted in the model card "
+                             "(default: none; the card then says it was not measured)")
     add_validated_arguments(parser)
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bars")
 
@@ -48,5 +54,6 @@ def run(args: argparse.Namespace) -> int:
     paths = EvaluatePaths(model=args.model, data_dir=args.data_dir, plan=args.plan,
                           metrics=args.metrics, plots_dir=args.plots_dir,
                           predictions=args.predictions, detector=args.detector,
-                          validated=validated_stamp(args))
+                          validated=validated_stamp(args), model_card=args.model_card,
+                          sim_to_real=args.sim_to_real)
     return run_evaluate(paths, args.params, progress=not args.no_progress)

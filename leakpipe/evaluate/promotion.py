@@ -153,6 +153,7 @@ def run_promote(paths: PromotePaths, params: Path, *, dry_run: bool = False,
             f"{name}: no version has the alias {ALIAS_CANDIDATE} in {tracking.tracking_uri()}; "
             "run `leakpipe evaluate` (or `dvc repro evaluate`) first")
     champion = tracking.alias_version(name, ALIAS_CHAMPION)
+    print(cards_text(candidate, champion))
     if champion is not None and champion.version == candidate.version:
         print(f"{STAGE}: {candidate.label} is {ALIAS_CANDIDATE} and {ALIAS_CHAMPION} already; "
               "nothing to do")
@@ -221,6 +222,22 @@ def _log(run: tracking.Tracker, candidate: DetectorVersion, champion: DetectorVe
     run.log_metrics({k: float(v) for k, v in metrics.items() if math.isfinite(float(v))})
     run.set_tags({TAG_DECISION: "promoted" if decision.promote else "refused",
                   TAG_REASON: decision.reason})
+
+
+def cards_text(candidate: DetectorVersion, champion: DetectorVersion | None) -> str:
+    """The model cards (registered descriptions) of both versions, each under a rule naming
+    its alias, so whoever promotes reads what each detector is before the decision line."""
+    blocks = []
+    for alias, version in ((ALIAS_CANDIDATE, candidate), (ALIAS_CHAMPION, champion)):
+        if version is None:
+            blocks.append(f"----- {alias}: none yet -----")
+        elif champion is not None and alias == ALIAS_CHAMPION and \
+                champion.version == candidate.version:
+            blocks.append(f"----- {alias}: {version.label}, the same version -----")
+        else:
+            card = version.description.strip() or "(this version has no description)"
+            blocks.append(f"----- {alias}: {version.label} -----\n{card}")
+    return "\n\n".join(blocks) + "\n"
 
 
 def decision_line(candidate: DetectorVersion, champion: DetectorVersion | None,

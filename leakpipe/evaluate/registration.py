@@ -3,11 +3,11 @@ and adapt share.
 
 A registry whose versions have empty descriptions answers none of the questions asked of it
 (what was version 7 trained on, how good is it, how sure is that figure): every version gets a
-description written by the stage that made it. ``evaluated_description`` is evaluate's: the
-network, its training data (the train split's sha256 from the train run of the network), the
-operating point and the test figures with their intervals. adapt writes its own
-(``leakpipe.adapt.report.adapted_description``). ``register_version`` registers a logged
-detector with its description, tags and alias, and records the version on the run.
+description written by the stage that made it: evaluate's is its model card
+(``leakpipe.evaluate.model_card``, built with the words and figures here: the network, its
+training data from the train run of the network, the test figures with their intervals); adapt
+writes its own (``leakpipe.adapt.report.adapted_description``). ``register_version`` registers
+a logged detector with its description, tags and alias, and records the version on the run.
 """
 
 from __future__ import annotations
@@ -16,11 +16,8 @@ import logging
 import math
 from collections.abc import Mapping
 
-import numpy as np
-
 from leakpipe import tracking
 from leakpipe.detector import Network
-from leakpipe.evaluate.detector_evaluation import Evaluation
 from leakpipe.tracking import Tracker
 
 log = logging.getLogger(__name__)
@@ -60,22 +57,6 @@ def training_text(data_tag: str | None, train_run: str | None) -> str:
     splits = ", ".join(f"{split} split sha256 {digest[:SHA_CHARS]}"
                        for split, digest in sorted(digests.items()))
     return f"trained on the {splits} (train run {train_run})"
-
-
-def evaluated_description(evaluation: Evaluation, network: Network, confidence: float, *,
-                          model_sha: str, test_sha: str, training: str) -> str:
-    """The description of an evaluated detector's version (one paragraph, plain text)."""
-    m, point = evaluation.metrics, evaluation.point
-    table = evaluation.test.table
-    recordings = len(np.unique(table.recording_id))
-    figures = ", ".join(f"{label} {figure_text(m, f'test/{key}')}"
-                        for label, key in TEST_FIGURES)
-    return (f"Leak detector of `leakpipe evaluate`: {network_text(network)}; network file "
-            f"sha256 {model_sha[:SHA_CHARS]}, {training}. Operating point: rule {point.rule}, "
-            f"threshold {point.threshold:g}, chosen on the val split by {point.criterion}. "
-            f"Test split (file sha256 {test_sha[:SHA_CHARS]}, {len(table.label)} clips of "
-            f"{recordings} recordings), per clip: {figures} ({confidence:.0%} intervals "
-            f"resampling recordings; Wilson intervals for sensitivity and specificity).")
 
 
 def register_version(run: Tracker, uri: str, name: str, *, alias: str,

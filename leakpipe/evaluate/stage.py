@@ -10,16 +10,19 @@
 4. the DVC outputs (metrics, plot files, predictions, the detector file) are written atomically,
    then the same figures, the confusion / ROC / PR / threshold / reliability plots, the
    predictions table and the detector are logged to the run;
-5. with ``evaluate.registered_model`` set, the logged detector becomes a new version of that
-   registered model, tagged with this run, its commit and its test F1, described (network,
-   training data, operating point, test figures with intervals:
-   ``leakpipe.evaluate.registration``), and the alias ``candidate`` moves to it: `leakpipe
-   promote` decides whether it becomes ``champion``.
+5. the model card (``leakpipe.evaluate.model_card``: intended use, data, test figures with
+   intervals, per-condition figures from the source's manifest, the sim-to-real figures, known
+   limits) is written to ``reports/model_card.md`` and logged;
+6. with ``evaluate.registered_model`` set, the logged detector becomes a new version of that
+   registered model, tagged with this run, its commit and its test F1, with the model card as
+   its description, and the alias ``candidate`` moves to it: `leakpipe promote` decides
+   whether it becomes ``champion``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import math
 from dataclasses import dataclass
@@ -30,6 +33,7 @@ from leakpipe.allocator import retain_freed_memory
 from leakpipe.config import load_section
 from leakpipe.data.stamp import trust_splits
 from leakpipe.detector import load_network
+from leakpipe.errors import DataError
 from leakpipe.evaluate.detector_evaluation import (
     Evaluation,
     batch_limits,
@@ -38,8 +42,9 @@ from leakpipe.evaluate.detector_evaluation import (
     evaluation_figures,
     write_outputs,
 )
-from leakpipe.evaluate.registration import evaluated_description, register_version, training_text
-from leakpipe.files import file_sha256
+from leakpipe.evaluate.model_card import CardInputs, manifest_conditions, model_card
+from leakpipe.evaluate.registration import register_version, training_text
+from leakpipe.files import file_sha256, write_text_atomic
 from leakpipe.preload.plan import read_plan
 from leakpipe.runtime import make_runtime
 from leakpipe.tracking import Tracker
@@ -60,6 +65,8 @@ class EvaluatePaths:
     predictions: Path
     detector: Path
     validated: Path | None     # the validation stamp; None: --unvalidated (tagged, warned)
+    model_card: Path | None = None      # None: no card written
+    sim_to_real: Path | None = None     # benchmarks/sim_to_real.py's JSON for the card
 
     def split(self, name: str) -> Path:
         return self.data_dir / f"{name}.h5"
@@ -88,17 +95,40 @@ def run_evaluate(paths: EvaluatePaths, params: Path, *, progress: bool = True) -
         write_outputs(evaluation, detector, metrics_path=paths.metrics,
                       plots_dir=paths.plots_dir, predictions_path=paths.predictions,
                       detector_path=paths.detector)
+        data = tracking.run_tag(train_run, tracking.TAG_DATA) if train_run else None
+        card = model_card(_card_inputs(
+            evaluation, detector, cfg.confidence, sha, trust.sha256["test"],
+            training_text(data, train_run), load_section(params, "build").source, paths))
+        if paths.model_card is not None:
+            write_text_atomic(paths.model_card, card)
         detector_uri = _log_evaluation(run, evaluation, paths)
         if cfg.registered_model and detector_uri is not None:
-            data = tracking.run_tag(train_run, tracking.TAG_DATA) if train_run else None
-            description = evaluated_description(
-                evaluation, network, cfg.confidence, model_sha=sha,
-                test_sha=trust.sha256["test"], training=training_text(data, train_run))
             _register(run, evaluation, detector_uri, cfg.registered_model,
                       {tracking.TAG_TEST_SHA256: trust.sha256["test"],
-                       tracking.TAG_MODEL_SHA256: sha}, description)
+                       tracking.TAG_MODEL_SHA256: sha}, card)
     print(summary_line(evaluation, paths.metrics))
     return 0
+
+
+def _card_inputs(evaluation: Evaluation, detector: object, confidence: float, model_sha: str,
+                 test_sha: str, training: str, source: str, paths: EvaluatePaths) -> CardInputs:
+    """What the model card says, from the evaluation, the source's manifest and the
+    sim-to-real report (when ``paths.sim_to_real`` names a file that exists)."""
+    table, point = evaluation.test.table, evaluation.point
+    report = None
+    if paths.sim_to_real is not None and paths.sim_to_real.is_file():
+        try:
+            report = json.loads(paths.sim_to_real.read_text())
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise DataError(f"{paths.sim_to_real}: not a sim-to-real JSON report ({exc})") from None
+    return CardInputs(
+        network=detector, metrics=evaluation.metrics, rule=point.rule, threshold=point.threshold,
+        prob_threshold=detector.prob_threshold, criterion=point.criterion,
+        confidence=confidence, model_sha=model_sha, test_sha=test_sha, training=training,
+        source=str(source), truth=table.truth, decision=evaluation.test.decision,
+        recording_ids=table.recording_id.astype(str), groups=table.group.astype(str),
+        conditions=manifest_conditions(Path(source)), sim_to_real=report,
+        sim_to_real_path=str(paths.sim_to_real or ""))
 
 
 def _link_train_run(run: Tracker, sha: str) -> str | None:
@@ -122,6 +152,8 @@ def _log_evaluation(run: Tracker, evaluation: Evaluation, paths: EvaluatePaths) 
                   f"{STAGE}/predictions.json")
     run.log_artifact(paths.predictions, STAGE)
     run.log_artifact(paths.metrics, STAGE)
+    if paths.model_card is not None:
+        run.log_artifact(paths.model_card, STAGE)
     for path in sorted([*paths.plots_dir.glob("*.json"), *paths.plots_dir.glob("*.csv")]):
         run.log_artifact(path, f"{STAGE}/plots")
     if run.run_id is None:

@@ -50,6 +50,7 @@ class DetectorVersion:
     name: str
     version: str
     tags: dict[str, str] = field(default_factory=dict)
+    description: str = ""      # evaluate's model card, adapt's summary ("" when none)
 
     @property
     def uri(self) -> str:
@@ -210,7 +211,8 @@ def alias_version(name: str, alias: str) -> DetectorVersion | None:
     if version is None:
         return None
     found = client.get_model_version(name, str(version))
-    return DetectorVersion(name=name, version=str(found.version), tags=dict(found.tags or {}))
+    return DetectorVersion(name=name, version=str(found.version), tags=dict(found.tags or {}),
+                           description=found.description or "")
 
 
 def set_alias(name: str, alias: str, version: str) -> None:
