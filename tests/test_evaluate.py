@@ -230,7 +230,7 @@ def test_stage_writes_outputs_and_logs_to_mlflow(project: Path,
     assert saved.calibration.method == "platt"
     assert metrics["eval/calibration_slope"] == pytest.approx(saved.calibration.slope)
     assert metrics["eval/prob_threshold"] == pytest.approx(saved.prob_threshold)
-    for key in ("file_ece", "file_brier", "file_ece_uncalibrated", "file_brier_uncalibrated"):
+    for key in ("ece", "brier", "ece_uncalibrated", "brier_uncalibrated"):
         assert 0.0 <= metrics[f"test/{key}"] <= 1.0, key
     reliability = _read_csv(plots / "reliability.csv")
     assert len(reliability) == 10
@@ -248,7 +248,7 @@ def test_stage_writes_outputs_and_logs_to_mlflow(project: Path,
     for name in ("confusion_test.png", "roc_test.png", "pr_test.png", "threshold_val.png",
                  "reliability_test.png", "predictions.json", "predictions.csv", "eval.json"):
         assert f"evaluate/{name}" in artifacts, name
-    assert run.data.metrics["test/file_ece"] == pytest.approx(metrics["test/file_ece"])
+    assert run.data.metrics["test/ece"] == pytest.approx(metrics["test/ece"])
     logged = tracking.download_model(run.data.tags[tracking.TAG_DETECTOR_URI])
     assert load_detector(logged).threshold == saved.threshold
 

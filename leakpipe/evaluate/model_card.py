@@ -30,7 +30,7 @@ CONDITIONS = (("material", "pipe material"), ("sensor", "sensor"),
               ("sample_rate", "native sample rate (Hz)"))
 MAX_ROWS = 12                # values shown per condition (the most recordings first)
 FEW_RECORDINGS = 20          # below this a condition's figures are flagged as anecdotal
-CALIBRATION_FIGURES = (("expected calibration error", "file_ece"), ("Brier score", "file_brier"))
+CALIBRATION_FIGURES = (("expected calibration error", "ece"), ("Brier score", "brier"))
 
 
 @dataclass(frozen=True)

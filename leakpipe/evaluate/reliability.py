@@ -3,8 +3,8 @@
 The calibration is fitted on val (``leakpipe.decision.calibration.fit_platt``); here the test
 files' rule scores are judged before and after it, so the report shows what calibration bought:
 
-- figures ``test/file_ece`` and ``test/file_brier`` (calibrated, what predict reports) and
-  ``test/file_ece_uncalibrated`` / ``test/file_brier_uncalibrated`` (the raw rule score), with
+- figures ``test/ece`` and ``test/brier`` (calibrated, what predict reports) and
+  ``test/ece_uncalibrated`` / ``test/brier_uncalibrated`` (the raw rule score), with
   the fitted map (``eval/calibration_slope`` / ``_intercept``) and the operating point as a
   probability (``eval/prob_threshold``, predict's ``threshold`` column);
 - ``reliability.csv`` (a DVC plot): one row per equal-width probability bin with the mean
@@ -47,8 +47,8 @@ def calibration_figures(split: str, truth: np.ndarray, scores: np.ndarray,
            "eval/calibration_intercept": calibration.intercept,
            "eval/prob_threshold": float(calibration.prob(threshold))}
     for suffix, probs in (("", calibration.prob(scores)), (UNCALIBRATED, scores)):
-        out[f"{split}/file_ece{suffix}"] = reliability(probs, truth, ECE_BINS).ece()
-        out[f"{split}/file_brier{suffix}"] = brier_score(probs, truth)
+        out[f"{split}/ece{suffix}"] = reliability(probs, truth, ECE_BINS).ece()
+        out[f"{split}/brier{suffix}"] = brier_score(probs, truth)
     return out
 
 
@@ -79,7 +79,7 @@ def reliability_figure(rows: list[dict[str, Any]], figures: dict[str, float], sp
     for suffix, name in ((UNCALIBRATED, "raw score"), ("", "calibrated")):
         points = [(r[f"predicted{suffix}"], r[f"observed{suffix}"]) for r in rows
                   if r[f"count{suffix}"]]
-        ece = figures.get(f"{split}/file_ece{suffix}", math.nan)
+        ece = figures.get(f"{split}/ece{suffix}", math.nan)
         ax.plot([p for p, _ in points], [o for _, o in points], marker="o",
                 label=f"{name} (ECE {ece:.3f})")
     ax.set(xlabel="mean leak probability in bin", ylabel="observed leak share", title=title,
