@@ -9,9 +9,11 @@
   split (probability mode, rule, vote fraction, threshold), its headline test figures and the
   scoring rules (batch caps and memory margins, the shortest usable recording) and, since
   version 4, the calibration fitted on val (``leakpipe.decision.calibration``) that turns the
-  rule's score into the reported ``leak_prob``. It is the one file that decides leaks:
-  `leakpipe predict` and the MLflow logged model use it, so the threshold that is reported is
-  the one that is deployed.
+  rule's score into the reported ``leak_prob`` and, since version 5, the domain reference
+  (``leakpipe.decision.domain``: the training recordings' band profiles and a distance
+  threshold set on val) that marks each predicted recording ``in`` or ``shifted``. It is the
+  one file that decides leaks: `leakpipe predict` and the MLflow logged model use it, so the
+  threshold that is reported is the one that is deployed.
 
 Detector files of versions 1 and 2 (train once wrote them as models/model.pt) still load; a
 version 1 file predates ``input_norm`` and means ``none``; neither holds scoring rules, so
@@ -20,7 +22,9 @@ version 1 file predates ``input_norm`` and means ``none``; neither holds scoring
 (``leakpipe.config.training.ADDED_DEFAULTS``), so a network without the feature is the same
 bytes as before it existed, and files without them load with that meaning. A detector file
 older than version 4 has no calibration: it loads as uncalibrated (the identity, so
-``leak_prob`` is the rule's raw score, as when it was written), with a WARNING saying so.
+``leak_prob`` is the rule's raw score, as when it was written), with a WARNING saying so. A
+detector file older than version 5 has no domain reference: predict reports ``domain`` as
+``unknown`` for every recording, with one WARNING at loading.
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ from leakpipe.config.training import with_added_defaults, without_added_defaults
 from leakpipe.data.input_norm import NORM_NONE, check_norm
 from leakpipe.data.schema import leak_index
 from leakpipe.decision.calibration import IDENTITY, Calibration
+from leakpipe.decision.domain import DomainReference
 from leakpipe.decision.voting import VotingConfig
 from leakpipe.errors import DataError
 from leakpipe.files import save_torch_atomic
@@ -55,9 +60,10 @@ from leakpipe.scoring.batching import BatchLimits
 NETWORK_FORMAT = "leakpipe.network"
 NETWORK_VERSION = 1
 DETECTOR_FORMAT = "leakpipe.detector"
-DETECTOR_VERSION = 4
-READABLE_VERSIONS = {NETWORK_FORMAT: (1,), DETECTOR_FORMAT: (1, 2, 3, 4)}
+DETECTOR_VERSION = 5
+READABLE_VERSIONS = {NETWORK_FORMAT: (1,), DETECTOR_FORMAT: (1, 2, 3, 4, 5)}
 UNCALIBRATED_FILE = "written before detector files held a calibration (version 4)"
+NO_DOMAIN_FILE = "written before detector files held a domain reference (version 5)"
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +99,7 @@ class Detector(Network):
     batch_limits: BatchLimits | None = None   # scoring batch caps / memory margins (evaluate's)
     min_clip_fraction: float | None = None    # shortest usable recording, share of one clip
     calibration: Calibration = IDENTITY       # rule score -> leak probability, fitted on val
+    domain: DomainReference | None = None     # training band profiles (None: domain unknown)
 
     def leak_prob(self, score: float) -> float:
         """The reported leak probability of a rule score (decisions use the score itself)."""
@@ -128,6 +135,7 @@ def save_detector(path: Path, detector: Detector) -> None:
                          if detector.batch_limits is not None else None),
         "min_clip_fraction": detector.min_clip_fraction,
         "calibration": detector.calibration.to_dict(),
+        "domain": detector.domain.to_dict() if detector.domain is not None else None,
     }, Path(path))
 
 
@@ -163,7 +171,8 @@ def load_detector(path: Path, map_location: str | torch.device = "cpu") -> Detec
         net, voting=VotingConfig(**raw["voting"]), threshold=float(raw["threshold"]),
         metrics=dict(raw["metrics"]),
         batch_limits=BatchLimits(**limits) if limits is not None else None,
-        min_clip_fraction=raw.get("min_clip_fraction"), calibration=_calibration(raw, path))
+        min_clip_fraction=raw.get("min_clip_fraction"), calibration=_calibration(raw, path),
+        domain=_domain(raw, path))
 
 
 def _calibration(raw: dict[str, Any], path: Path) -> Calibration:
@@ -176,6 +185,19 @@ def _calibration(raw: dict[str, Any], path: Path) -> Calibration:
         return Calibration.from_dict(raw["calibration"])
     except (TypeError, ValueError, KeyError) as exc:
         raise DataError(f"{path}: calibration: {exc}") from None
+
+
+def _domain(raw: dict[str, Any], path: Path) -> DomainReference | None:
+    """The stored domain reference; none in a file older than version 5 (said once, here)."""
+    if raw.get("domain") is None:
+        if "domain" not in raw:
+            log.warning("%s: %s; predict reports domain as unknown (re-run evaluate to add "
+                        "it)", path, NO_DOMAIN_FILE)
+        return None
+    try:
+        return DomainReference.from_dict(raw["domain"])
+    except (TypeError, ValueError, KeyError) as exc:
+        raise DataError(f"{path}: domain: {exc}") from None
 
 
 def _read(path: Path, map_location: str | torch.device) -> dict[str, Any]:

@@ -7,7 +7,8 @@ its clips; a recording shorter than one clip is zero-padded), and scored. All lo
 a recording are then voted on together with the detector's rule and threshold: one row per
 recording with the leak probability (the rule's score: LEAK <=> score >= threshold), the
 decision, the rule, the share of long segments at or above the threshold, whether the
-recording's band is narrower than the model's (``band_hz``, ``band_limited``) and the
+recording's band is narrower than the model's (``band_hz``, ``band_limited``), whether it is
+like the training recordings (``domain``, ``domain_distance``, ``domain_reason``) and the
 long-segment probabilities over time (a timeline, in time order with each segment's clip). A
 recording that cannot be read gets a row with its reason in ``notes``. The rows, and the two
 CSV files they go to (one short line per recording; the timeline beside it, one line per long
@@ -48,6 +49,7 @@ from leakpipe.audio.io import AudioSource, open_audio, stream_clips
 from leakpipe.audio.resampling import resampled_length
 from leakpipe.config import load_section
 from leakpipe.constants import AUDIO_SUFFIXES, DECISION_NAMES
+from leakpipe.decision.domain import band_profile
 from leakpipe.detector import Detector, load_detector
 from leakpipe.errors import DataError
 from leakpipe.features.mel import clip_features
@@ -275,28 +277,31 @@ def _score_group(group: list[Prepared | Failed], detector: Detector, model: nn.M
 class _RowAssembler:
     """One row per recording from its scored parts, which may span several batches.
 
-    Of a part only its clip starts and probabilities are kept (clips x L x S float32), not its
-    features: those are what would grow with the length of a recording.
+    Of a part only its clip starts, probabilities (clips x L x S float32) and band profile
+    (M,) are kept, not its features: those are what would grow with the length of a recording.
     """
 
     def __init__(self, detector: Detector) -> None:
         self.detector = detector
         self.starts: list[np.ndarray] = []  # (clips,) per part of the recording in progress
         self.probs: list[np.ndarray] = []   # (clips, L, S) per part
+        self.profiles: list[np.ndarray] = []  # (M,) per part, weighted by its clips below
 
     def add(self, item: Prepared | Failed, probs: np.ndarray | None) -> dict[str, Any] | None:
         """The recording's row once ``item`` finishes it (its last part, or its failure)."""
         if isinstance(item, Failed):
-            self.starts, self.probs = [], []  # parts of a recording that failed later: dropped
+            self.starts, self.probs, self.profiles = [], [], []  # a failed recording's parts
             return error_row(item, self.detector)
         assert probs is not None
         self.starts.append(item.starts_s)
         self.probs.append(probs)
+        self.profiles.append(band_profile(item.mel) * len(item.mel))
         if not item.last:
             return None
-        row = result_row(item, np.concatenate(self.starts), np.concatenate(self.probs),
-                         self.detector)
-        self.starts, self.probs = [], []
+        starts = np.concatenate(self.starts)
+        row = result_row(item, starts, np.concatenate(self.probs), self.detector,
+                         np.sum(self.profiles, axis=0) / len(starts))
+        self.starts, self.probs, self.profiles = [], [], []
         return row
 
 

@@ -8,8 +8,14 @@ maps a recording's rule score, not single segments) and how much of the model's 
 the recording covers: ``band_hz`` is its own Nyquist frequency (sample_rate / 2) and
 ``band_limited`` is true when that lies below the model's ``fmax``, i.e. when the mel bands
 above ``band_hz`` see only the resampler's empty band rather than the pipe (a 4096 Hz logger
-under the default 8192 Hz model: the 18 of 64 bands centred above 2048 Hz). A recording that
-cannot be used gets an error row: its reason in ``notes``, no figures.
+under the default 8192 Hz model: the 18 of 64 bands centred above 2048 Hz), and the domain
+check (``leakpipe.decision.domain``): ``domain`` is ``in`` when the recording's band profile
+(level and spectral shape) lies within the training recordings' range, ``shifted`` when its
+distance ``domain_distance`` exceeds the threshold set on val (about 1 % of val recordings do),
+with the main reason in ``domain_reason`` (``band``, ``level`` or ``shape`` and a few words),
+and ``unknown`` under a detector written before detectors held the reference. A shifted
+recording keeps its decision; the column says how far to trust it. A recording that cannot be
+used gets an error row: its reason in ``notes``, no figures.
 
 The timeline is three lists in time order, one entry per long segment: its start in seconds
 from the recording's start, the clip it belongs to (clips are numbered 0, 1, ... from the
@@ -33,9 +39,11 @@ from typing import Any
 import numpy as np
 
 from leakpipe.constants import DECISION_NAMES
+from leakpipe.decision.domain import assess
 from leakpipe.decision.voting import file_scores, long_segment_probs
 from leakpipe.detector import Detector
 from leakpipe.errors import DataError
+from leakpipe.features.mel import band_centers_hz
 from leakpipe.files import csv_text, write_text_atomic
 
 __all__ = ["COLUMNS", "CSV_COLUMNS", "DECIMALS", "STATUS_ERROR", "STATUS_OK", "TIMELINE",
@@ -45,7 +53,7 @@ __all__ = ["COLUMNS", "CSV_COLUMNS", "DECIMALS", "STATUS_ERROR", "STATUS_OK", "T
 TIMELINE = ("long_starts_s", "long_clips", "long_probs")   # lists in the row, time order
 COLUMNS = ("path", "status", "leak_prob", "decision", "threshold", "rule", "prob_mode",
            "vote_fraction", "frac_long_over", "n_long", "duration_s", "band_hz", "band_limited",
-           *TIMELINE, "notes")
+           "domain", "domain_distance", "domain_reason", *TIMELINE, "notes")
 CSV_COLUMNS = tuple(c for c in COLUMNS if c not in TIMELINE)   # predict's CSV: one per recording
 TIMELINE_COLUMNS = ("path", "clip", "start_s", "long_prob")    # its timeline CSV: one per segment
 STATUS_OK, STATUS_ERROR = "ok", "error"
@@ -77,9 +85,10 @@ class Failed:
 
 
 def result_row(prep: Prepared, starts_s: np.ndarray, seg_probs: np.ndarray,
-               detector: Detector) -> dict[str, Any]:
+               detector: Detector, profile: np.ndarray) -> dict[str, Any]:
     """The row of ``prep``'s recording from the (clips,) starts and (clips, L, S) probabilities
-    of all its clips: every long segment of every clip votes together."""
+    of all its clips (every long segment of every clip votes together) and its (M,) band
+    profile (``domain.band_profile`` over all its clips)."""
     voting, f = detector.voting, detector.features
     probs = seg_probs.reshape(1, -1, seg_probs.shape[-1])            # (1, clips * L, S)
     score = float(file_scores(probs, voting.rule, voting.vote_fraction)[0])
@@ -94,8 +103,18 @@ def result_row(prep: Prepared, starts_s: np.ndarray, seg_probs: np.ndarray,
             "frac_long_over": round(float((long_probs >= detector.threshold).mean()), DECIMALS),
             "n_long": len(long_probs), "duration_s": round(prep.duration_s, DECIMALS),
             "band_hz": float(prep.band_hz), "band_limited": bool(prep.band_hz < f.fmax),
+            **domain_fields(detector, profile, prep.band_hz),
             "long_starts_s": starts[order].tolist(), "long_clips": clips[order].tolist(),
             "long_probs": np.round(long_probs[order], DECIMALS).tolist(), "notes": prep.notes}
+
+
+def domain_fields(detector: Detector, profile: np.ndarray, band_hz: float) -> dict[str, Any]:
+    """``domain``, ``domain_distance`` (blank when unknown) and ``domain_reason`` of a recording
+    with the (M,) band ``profile`` and its own Nyquist frequency ``band_hz``."""
+    f = detector.features
+    check = assess(detector.domain, profile, band_centers_hz(f.n_mels, f.fmin, f.fmax), band_hz)
+    distance = round(check.distance, DECIMALS) if np.isfinite(check.distance) else ""
+    return {"domain": check.domain, "domain_distance": distance, "domain_reason": check.reason}
 
 
 def error_row(failed: Failed, detector: Detector) -> dict[str, Any]:

@@ -32,6 +32,7 @@ from leakpipe.cli import main
 from leakpipe.config import BuildConfig, FeatureConfig, ModelConfig
 from leakpipe.constants import BINARY_CLASSES, KNOWN_CLASSES
 from leakpipe.data import open_split
+from leakpipe.decision.domain import band_profile
 from leakpipe.decision.voting import VotingConfig
 from leakpipe.detector import Detector, load_detector, save_detector
 from leakpipe.features.mel import clip_features
@@ -251,7 +252,7 @@ def whole_file_row(path: Path, detector: Detector) -> dict[str, str]:
                     rate / 2)
     runtime = make_runtime("cpu", "auto", device_key="--device")
     probs = score_segments(detector, detector.inference_model(), prep.mel, runtime, 1024)
-    return text_row(result_row(prep, prep.starts_s, probs, detector))
+    return text_row(result_row(prep, prep.starts_s, probs, detector, band_profile(prep.mel)))
 
 
 def test_predict_scores_a_long_recording_in_parts_to_the_same_row(

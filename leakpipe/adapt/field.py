@@ -6,14 +6,18 @@ clips, two-stage log-mel with the detector's feature config), so the features ma
 deployed detector would see. They are kept in memory (about 49 MB per hour of audio at the
 default features) and scored through the one scoring path (``score_batches``), then every
 recording's long segments vote with the detector's rule, as in predict and evaluate.
+``domain_summary`` tells how many of them the detector's domain check (predict's ``domain``
+column) calls ``in``, ``shifted`` or ``unknown``, and why each shifted one is.
 """
 
 from __future__ import annotations
 
 import csv
 import logging
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from tqdm import tqdm
@@ -21,9 +25,11 @@ from tqdm import tqdm
 from leakpipe.audio.clips import AudioError
 from leakpipe.constants import LEAK_CLASS
 from leakpipe.data.manifest import discover
+from leakpipe.decision.domain import SHIFTED, assess, band_profile
 from leakpipe.decision.voting import file_scores, long_segment_probs
 from leakpipe.detector import Detector, Network
 from leakpipe.errors import DataError
+from leakpipe.features.mel import band_centers_hz
 from leakpipe.predict import find_recordings, prepare
 from leakpipe.runtime import Runtime
 from leakpipe.scoring.batching import array_batches
@@ -139,3 +145,17 @@ def score_detector(detector: Detector, field: FieldSet, runtime: Runtime,
     voting = detector.voting
     return score_field(detector, field, prob_mode=voting.prob_mode, rule=voting.rule,
                        vote_fraction=voting.vote_fraction, runtime=runtime, budget=budget)
+
+
+def domain_summary(detector: Detector, field: FieldSet) -> dict[str, Any]:
+    """Counts of ``in`` / ``shifted`` / ``unknown`` recordings under the detector's domain
+    check and each shifted recording's distance and reason (key -> "D: reason"). The field
+    set's native rates are not kept, so a narrow band shows only through its empty bands."""
+    f = detector.features
+    centers = band_centers_hz(f.n_mels, f.fmin, f.fmax)
+    checks = {key: assess(detector.domain, band_profile(mel), centers)
+              for key, mel in zip(field.keys, field.mel, strict=True)}
+    counts = Counter(check.domain for check in checks.values())
+    return {**{name: counts.get(name, 0) for name in ("in", SHIFTED, "unknown")},
+            "shifted_recordings": {key: f"{c.distance:.3f}: {c.reason}"
+                                   for key, c in checks.items() if c.domain == SHIFTED}}

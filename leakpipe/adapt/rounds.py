@@ -35,6 +35,7 @@ from leakpipe.data.reader import open_split
 from leakpipe.data.schema import leak_index
 from leakpipe.data.writer import SplitWriter
 from leakpipe.decision.calibration import fit_platt
+from leakpipe.decision.domain import DomainReference
 from leakpipe.decision.select import OperatingPoint, select_operating_point
 from leakpipe.decision.voting import VotingConfig, file_scores, threshold_grid
 from leakpipe.detector import Detector, Network, with_operating_point
@@ -158,9 +159,10 @@ class ValChoice:
 
 def choose_on_val(network: Network, val_path: Path, plan: Mapping[str, Any],
                   decision: DecisionConfig, evaluate: EvaluateConfig, runtime: Runtime,
-                  min_clip_fraction: float) -> ValChoice:
+                  min_clip_fraction: float, domain: DomainReference | None = None) -> ValChoice:
     """Score val, choose the operating point and fit the calibration as evaluate does, the
-    detector that results."""
+    detector that results; it carries ``domain``, the seed's reference (the band profiles of
+    the labelled training recordings do not change with the network's weights)."""
     limits = batch_limits(plan, evaluate)
     batches = open_batches(val_path, plan["placement"], network.model_cfg, runtime.device,
                            limits, network.binary, network.input_norm)
@@ -184,7 +186,7 @@ def choose_on_val(network: Network, val_path: Path, plan: Mapping[str, Any],
         threshold=point.threshold,
         metrics={f"val/file_{k}": v for k, v in figures.items() if np.isfinite(v)},
         batch_limits=limits, min_clip_fraction=min_clip_fraction,
-        calibration=fit_platt(file_score, truth))
+        calibration=fit_platt(file_score, truth), domain=domain)
     return ValChoice(detector, point, figures)
 
 

@@ -35,6 +35,7 @@ from leakpipe import tracking
 from leakpipe.adapt.field import (
     FieldSet,
     check_recordings,
+    domain_summary,
     load_field,
     pool_recordings,
     read_truth,
@@ -129,6 +130,7 @@ class _Run:
     state: AdaptState
     parent: tracking.Tracker
     progress: bool
+    domain: dict[str, Any]       # the field recordings' domain check (metrics/adapt.json)
 
 
 def run_adapt(paths: AdaptPaths, cfgs: AdaptSections, *, progress: bool = True) -> int:
@@ -164,7 +166,8 @@ def run_adapt(paths: AdaptPaths, cfgs: AdaptSections, *, progress: bool = True) 
                            "pool_recordings": len(pool),
                            "check_recordings": len(check) if check is not None else 0})
         run = _Run(paths, cfgs, runtime, plan, seed, pool, check, truth,
-                   batch_budget(seed, rules, runtime), state, parent, progress)
+                   batch_budget(seed, rules, runtime), state, parent, progress,
+                   _field_domain(seed, pool, check))
         if state.next_round == 0:
             _seed_round(run)
         while not state.stop_reason and state.next_round <= a.rounds:
@@ -173,6 +176,17 @@ def run_adapt(paths: AdaptPaths, cfgs: AdaptSections, *, progress: bool = True) 
             state.stop(f"completed {a.rounds} round(s)")
         _write_outputs(run)
     return 0
+
+
+def _field_domain(seed: Detector, pool: FieldSet, check: FieldSet | None) -> dict[str, Any]:
+    """The seed detector's domain check on the pool and the check set (one line each)."""
+    out = {"pool": domain_summary(seed, pool)}
+    if check is not None:
+        out["check"] = domain_summary(seed, check)
+    for name, summary in out.items():
+        log.info("adapt: %s recordings by the seed's domain check: %d in, %d shifted, %d "
+                 "unknown", name, summary["in"], summary["shifted"], summary["unknown"])
+    return out
 
 
 def _seed_round(run: _Run) -> None:
@@ -223,7 +237,7 @@ def _adapt_round(run: _Run, r: int) -> None:
 def _choose(run: _Run, network: Network) -> Any:
     c = run.cfgs
     return choose_on_val(network, run.paths.val, run.plan, c.decision, c.evaluate, run.runtime,
-                         c.build.min_clip_fraction)
+                         c.build.min_clip_fraction, domain=run.seed.domain)
 
 
 def _check_figures(run: _Run, detector: Detector) -> dict[str, float] | None:
@@ -298,8 +312,9 @@ def _write_outputs(run: _Run) -> None:
     save_network(paths.network, detector)
     save_detector(paths.adapted, detector)
     rows = [round_row(e) for e in state.rounds]
-    write_json_atomic(paths.metrics,
-                      metrics_document(state.rounds, final["round"], state.stop_reason))
+    write_json_atomic(paths.metrics, {
+        **metrics_document(state.rounds, final["round"], state.stop_reason),
+        "domain": run.domain})
     write_csv_atomic(paths.plots, rows, ROUND_COLUMNS)
     figure = rounds_figure(rows)
     paths.figure.parent.mkdir(parents=True, exist_ok=True)

@@ -11,7 +11,10 @@
 4. score the test split and apply that point unchanged: file / segment / per-class metrics
    of both splits, each with its bootstrap interval over the split's recordings (val's are
    in-sample for the threshold), the test files' ECE and Brier score before and after the
-   calibration (``leakpipe.evaluate.reliability``), prediction rows.
+   calibration (``leakpipe.evaluate.reliability``), prediction rows;
+5. with a train split among the paths, the domain reference (``leakpipe.evaluate.
+   domain_reference``): train's band profiles, a distance threshold set on val so that about
+   1 % of val recordings exceed it, and the share of test recordings it flags.
 
 ``evaluation_figures`` draws the same plots as matplotlib figures for MLflow.
 ``write_outputs`` writes the DVC outputs atomically: `metrics/eval.json` (metric names nested
@@ -40,11 +43,13 @@ from leakpipe.constants import DECISION_NAMES, H5_CLIP_INDEX
 from leakpipe.data.reader import open_split
 from leakpipe.data.schema import task_labels
 from leakpipe.decision.calibration import Calibration, fit_platt
+from leakpipe.decision.domain import DomainReference
 from leakpipe.decision.metrics import diagnose
 from leakpipe.decision.select import OperatingPoint, select_operating_point
 from leakpipe.decision.voting import VotingConfig, file_scores, threshold_grid
 from leakpipe.detector import Detector, Network, save_detector, with_operating_point
 from leakpipe.errors import DataError
+from leakpipe.evaluate.domain_reference import build_reference, domain_figures
 from leakpipe.evaluate.figures import FileTable, frac_long_over, prediction_rows
 from leakpipe.evaluate.plots import (
     PLOT_FILES,
@@ -101,6 +106,7 @@ class Evaluation:
     metrics: dict[str, float]   # every numeric figure (eval.json and MLflow)
     info: dict[str, str]        # how the point was chosen (eval.json, MLflow params)
     calibration: Calibration    # rule score -> leak probability, fitted on val
+    domain: DomainReference | None = None   # training band profiles, threshold on val
 
 
 @dataclass(frozen=True)
@@ -161,7 +167,8 @@ def batch_limits(plan: Mapping[str, Any], cfg: EvaluateConfig) -> BatchLimits:
 def evaluate_detector(network: Network, paths: Mapping[str, Path], plan: Mapping[str, Any],
                       cfg: EvaluateConfig, decision: DecisionConfig, runtime: Runtime, *,
                       progress: bool = False) -> Evaluation:
-    """Choose the operating point on ``paths['val']``, report it on ``paths['test']``."""
+    """Choose the operating point on ``paths['val']``, report it on ``paths['test']``; with
+    ``paths['train']``, also the domain reference (its figures among the metrics)."""
     setup = _Setup(runtime=runtime, placement=plan["placement"],
                    limits=batch_limits(plan, cfg), prob_mode=decision.prob_mode,
                    progress=progress)
@@ -190,8 +197,12 @@ def evaluate_detector(network: Network, paths: Mapping[str, Path], plan: Mapping
     metrics = {**_summary_metrics(point, val, test),
                **calibration_figures(TEST, test_table.truth, test.file_score, calibration,
                                      point.threshold)}
+    domain = build_reference(network, paths) if "train" in paths else None
+    if domain is not None:
+        metrics.update(domain_figures(domain, paths))
+        info["eval/domain_reference"] = domain.fitted_on
     return Evaluation(point=point, prob_mode=decision.prob_mode, val=val, test=test,
-                      metrics=metrics, info=info, calibration=calibration)
+                      metrics=metrics, info=info, calibration=calibration, domain=domain)
 
 
 def _diagnoses(point: OperatingPoint, *results: SplitResult) -> dict[str, str]:
@@ -260,7 +271,7 @@ def detector_of(evaluation: Evaluation, network: Network, limits: BatchLimits,
         metrics={k: evaluation.metrics[k] for k in DETECTOR_METRICS
                  if math.isfinite(evaluation.metrics.get(k, math.nan))},
         batch_limits=limits, min_clip_fraction=min_clip_fraction,
-        calibration=evaluation.calibration)
+        calibration=evaluation.calibration, domain=evaluation.domain)
 
 
 def write_outputs(evaluation: Evaluation, detector: Detector, *, metrics_path: Path,

@@ -89,8 +89,8 @@ def run_evaluate(paths: EvaluatePaths, params: Path, *, progress: bool = True) -
         run.log_params({STAGE: dataclasses.asdict(cfg), "decision": dataclasses.asdict(decision),
                         "runtime": dataclasses.asdict(rt), "model_file": str(paths.model)})
         train_run = _link_train_run(run, sha)
-        evaluation = evaluate_detector(network, splits, plan, cfg, decision, runtime,
-                                       progress=progress)
+        evaluation = evaluate_detector(network, {**splits, **_train_split(paths)}, plan, cfg,
+                                       decision, runtime, progress=progress)
         detector = detector_of(evaluation, network, batch_limits(plan, cfg), min_clip_fraction)
         write_outputs(evaluation, detector, metrics_path=paths.metrics,
                       plots_dir=paths.plots_dir, predictions_path=paths.predictions,
@@ -129,6 +129,16 @@ def _card_inputs(evaluation: Evaluation, detector: object, confidence: float, mo
         recording_ids=table.recording_id.astype(str), groups=table.group.astype(str),
         conditions=manifest_conditions(Path(source)), sim_to_real=report,
         sim_to_real_path=str(paths.sim_to_real or ""))
+
+
+def _train_split(paths: EvaluatePaths) -> dict[str, Path]:
+    """train.h5 for the detector's domain reference (the training distribution); none and a
+    WARNING when the data folder lacks it (the detector then reports domain unknown)."""
+    path = paths.split("train")
+    if path.is_file():
+        return {"train": path}
+    log.warning("%s: no train split; the detector gets no domain reference", path)
+    return {}
 
 
 def _link_train_run(run: Tracker, sha: str) -> str | None:

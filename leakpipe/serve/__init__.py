@@ -19,9 +19,10 @@ accepted: a served model would then read files on the server's disk for whoever 
 
 Output, one row per recording in input order: ``id`` and then predict's columns (``status``,
 ``leak_prob``, ``decision``, ``threshold``, ``rule``, ``prob_mode``, ``vote_fraction``,
-``frac_long_over``, ``n_long``, ``duration_s``, ``band_hz``, ``band_limited``,
-``long_starts_s``, ``long_clips``, ``long_probs``, ``notes``), the timeline as three lists in
-time order (each long segment's start in seconds, its clip, its probability). A
+``frac_long_over``, ``n_long``, ``duration_s``, ``band_hz``, ``band_limited``, ``domain``,
+``domain_distance``, ``domain_reason``, ``long_starts_s``, ``long_clips``, ``long_probs``,
+``notes``), the timeline as three lists in time order (each long segment's start in seconds,
+its clip, its probability). A
 recording that cannot be used (too short, non-finite samples, a bad rate) gets ``status``
 "error" and its reason in ``notes``; the others are still answered.
 

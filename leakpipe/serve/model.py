@@ -41,8 +41,9 @@ INPUT_SCHEMA = Schema([
     ColSpec(DataType.string, "id", required=False),
 ])
 _NUMBER_COLUMNS = ("leak_prob", "threshold", "vote_fraction", "frac_long_over", "duration_s",
-                   "band_hz")
-_TEXT_COLUMNS = ("id", "status", "decision", "rule", "prob_mode", "notes")
+                   "band_hz", "domain_distance")
+_TEXT_COLUMNS = ("id", "status", "decision", "rule", "prob_mode", "domain", "domain_reason",
+                 "notes")
 OUTPUT_SCHEMA = Schema([
     ColSpec(Array(DataType.long) if name == "long_clips"
             else Array(DataType.double) if name in TIMELINE

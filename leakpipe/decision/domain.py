@@ -1,0 +1,269 @@
+"""Domain check: is a recording like the ones the detector was trained on? Pure numpy.
+
+A detector trained on one network answers every recording with the same confidence, also one
+from a sensor, a logger or a site it never heard. This module describes the training
+distribution compactly and measures how far one recording lies from it, so predict can mark
+``domain: shifted`` next to its decision (the decision itself is unchanged).
+
+**Profile.** A recording is summarised by its band profile ``p`` (M,): the mean log-mel (dB)
+of each band over all its segments and frames (``band_profile``). Two parts of it are compared
+with the training recordings' profiles, each physically readable:
+
+- **level** ``o``: the median over bands of ``p - m``, where ``m`` (M,) is the training
+  recordings' per-band median profile, i.e. how many dB louder or quieter the recording is than
+  a typical training recording, robust to a few odd bands and to a missing upper band. Scored
+  as a robust z (median, 1.4826 MAD of the training recordings' ``o``). A network that does
+  not see the absolute level (``input_norm`` other than ``none``) is not shifted by it:
+  ``uses_level`` false leaves the level out of the distance.
+- **shape** ``r = p - m - o`` (M,): the spectral shape relative to the typical training one.
+  Its distance is a low-rank Mahalanobis (probabilistic PCA): the ``AXES`` leading principal
+  axes of the training shapes (tilt, low-band weight, ...) with their variances, and the
+  per-band variance left off those axes, ``d^2 = (sum_k a_k^2 / l_k + sum_b e_b^2 / v_b) / M``.
+  The axes capture the strong band-to-band correlation a per-band z ignores (a shape the
+  training recordings never combine is far even when every band is within its own range), and
+  ``AXES * M + 3 M + AXES`` floats keep the description compact (about 450 at 64 bands).
+
+**Distance.** Both parts are put on one scale by the training recordings' own 99th percentile
+of each (``shape_scale``, ``level_scale``): ``D = max(d_shape / shape_scale, |z_level| /
+level_scale)``, so D = 1 is the edge of the training recordings' 99 % range in the worse of the
+two. A recording is ``shifted`` when D exceeds the threshold, or when mel bands' centres lie
+above its own Nyquist frequency (its native rate cannot fill the model's band, whatever D says:
+a quiet recording's empty upper bands may sit near the training floor). **Threshold**: on the
+val recordings (sites the reference never saw), the
+``ceil(q n)``-th smallest D with ``q = TARGET_QUANTILE`` (0.99), so ``floor(0.01 n)`` val
+recordings exceed it (ties aside): about 1 %. Under 100 val recordings that order statistic is
+the val maximum: no val recording exceeds it, and the rate a 1 % rule would give is not
+resolvable; the threshold is then capped at that maximum (``fit_threshold`` says so).
+
+**Reason** of a shifted recording, the main one, in this order:
+
+- ``band``: the recording's band is narrower than the model's: mel bands whose centre lies
+  above the recording's own Nyquist frequency (known from its native sample rate), or a run of
+  top bands ``EMPTY_DB`` below the training shape at the level of the recording's lower half of
+  bands (an upsampled recording whose rate no longer shows it). A 4096 Hz logger under a
+  model up to 4096 Hz has nothing above 2048 Hz; its empty upper bands make the shape far.
+- ``level``: the level part is the larger of the two scaled parts (absolute level outside the
+  training range: another gain, another sensor sensitivity);
+- ``shape``: otherwise (another pipe, sensor response, or noise the training never had).
+
+Known blind spot: a shift only in time (a machine switching on and off, an engine's amplitude
+modulation) leaves these time averages where training had them; see docs/predict.md.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+AXES = 4                  # principal axes of the training shapes kept in the reference
+TARGET_QUANTILE = 0.99    # share of val recordings at or below the threshold (about 1 % over)
+SCALE_QUANTILE = 99.0     # percentile of each part over training recordings that scales it to 1
+EMPTY_DB = 30.0           # a top band this far below the training shape counts as missing
+MAD_TO_SD = 1.4826        # median absolute deviation -> standard deviation of a normal
+MIN_VARIANCE = 0.25       # dB^2 floor of a band's residual variance (about 0.5 dB)
+MIN_LEVEL_SD = 0.5        # dB floor of the level's robust standard deviation
+IN, SHIFTED, UNKNOWN = "in", "shifted", "unknown"
+BAND, LEVEL, SHAPE = "band", "level", "shape"
+_ARRAYS = ("band_median", "shape_mean", "shape_axes", "axis_var", "resid_var")
+_SCALARS = ("level_median", "level_sd", "level_low", "level_high", "shape_scale",
+            "level_scale", "threshold", "quantile")
+
+
+@dataclass(frozen=True)
+class DomainReference:
+    """The training distribution of band profiles and the threshold set on val."""
+
+    band_median: np.ndarray   # (M,) dB, training recordings' per-band median profile m
+    shape_mean: np.ndarray    # (M,) dB, mean training shape r
+    shape_axes: np.ndarray    # (AXES, M) unit principal axes of the training shapes
+    axis_var: np.ndarray      # (AXES,) dB^2, variance along each axis
+    resid_var: np.ndarray     # (M,) dB^2, per-band variance off the axes
+    level_median: float       # dB, median training level o
+    level_sd: float           # dB, robust sd of the training level
+    level_low: float          # dB, 0.5th percentile of the training level (reported range)
+    level_high: float         # dB, 99.5th percentile
+    shape_scale: float        # training 99th percentile of d_shape
+    level_scale: float        # training 99th percentile of |z_level|
+    uses_level: bool = True   # the network sees the absolute level (input_norm none)
+    threshold: float = math.inf   # on D, set on val (inf: not set)
+    quantile: float = TARGET_QUANTILE
+    fitted_on: str = ""       # "504 train recordings; threshold on 252 val recordings"
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {k: [float(v) for v in np.ravel(getattr(self, k))]
+                               for k in _ARRAYS}
+        out.update({k: float(getattr(self, k)) for k in _SCALARS})
+        out.update(uses_level=bool(self.uses_level), fitted_on=str(self.fitted_on),
+                   axes=int(self.shape_axes.shape[0]))
+        return out
+
+    @classmethod
+    def from_dict(cls, raw: Any) -> DomainReference:
+        """The stored form; ``ValueError`` naming what is wrong."""
+        expected = {*_ARRAYS, *_SCALARS, "uses_level", "fitted_on", "axes"}
+        if not isinstance(raw, dict) or set(raw) != expected:
+            raise ValueError(f"fields must be {sorted(expected)}")
+        arrays = {k: np.asarray(raw[k], dtype=np.float64) for k in _ARRAYS}
+        m = arrays["band_median"].size
+        arrays["shape_axes"] = arrays["shape_axes"].reshape(int(raw["axes"]), m)
+        if any(arrays[k].size != m for k in ("shape_mean", "resid_var")):
+            raise ValueError(f"band arrays must all have {m} values")
+        return cls(**arrays, **{k: float(raw[k]) for k in _SCALARS},
+                   uses_level=bool(raw["uses_level"]), fitted_on=str(raw["fitted_on"]))
+
+
+@dataclass(frozen=True)
+class DomainCheck:
+    """One recording's answer: ``in`` / ``shifted`` / ``unknown``, D and the main reason."""
+
+    domain: str
+    distance: float           # D (NaN: unknown)
+    reason: str               # "" when in; "band: ...", "level: ...", "shape: ..."
+
+
+UNKNOWN_CHECK = DomainCheck(UNKNOWN, math.nan, "")
+
+
+def band_profile(mel: np.ndarray) -> np.ndarray:
+    """(..., M, T) log-mel dB -> (M,) float64: each band's mean over everything else."""
+    x = np.asarray(mel, dtype=np.float64)
+    return np.moveaxis(x, -2, -1).reshape(-1, x.shape[-2]).mean(axis=0)
+
+
+def recording_profiles(clip_profiles: np.ndarray, recording_ids: np.ndarray,
+                       ) -> tuple[np.ndarray, np.ndarray]:
+    """(N, M) per-clip profiles and (N,) ids -> (R,) ids (sorted) and (R, M) per-recording
+    profiles, the mean of the recording's clips (every clip has the same segments)."""
+    ids, inverse = np.unique(np.asarray(recording_ids), return_inverse=True)
+    sums = np.zeros((len(ids), clip_profiles.shape[1]))
+    np.add.at(sums, inverse, clip_profiles)
+    return ids, sums / np.bincount(inverse)[:, None]
+
+
+def _level_and_shape(band_median: np.ndarray, profiles: np.ndarray,
+                     ) -> tuple[np.ndarray, np.ndarray]:
+    """(R, M) profiles -> (R,) level o and (R, M) shape r."""
+    level = np.median(profiles - band_median, axis=1)
+    return level, profiles - band_median - level[:, None]
+
+
+def _shape_distance(ref: DomainReference, shape: np.ndarray) -> np.ndarray:
+    """(R, M) shapes -> (R,) low-rank Mahalanobis distance, RMS per band."""
+    d = shape - ref.shape_mean                                     # (R, M)
+    a = d @ ref.shape_axes.T                                       # (R, AXES)
+    e = d - a @ ref.shape_axes                                     # (R, M)
+    d2 = np.sum(a**2 / ref.axis_var, axis=1) + np.sum(e**2 / ref.resid_var, axis=1)
+    return np.sqrt(d2 / shape.shape[1])
+
+
+def fit_reference(profiles: np.ndarray, *, uses_level: bool = True, axes: int = AXES,
+                  source: str = "train") -> DomainReference:
+    """The reference of (R, M) ``source`` recording profiles (threshold not yet set)."""
+    p = np.asarray(profiles, dtype=np.float64)
+    if p.ndim != 2 or len(p) < axes + 2:
+        raise ValueError(f"need at least {axes + 2} recordings of (R, M) profiles, "
+                         f"got shape {p.shape}")
+    band_median = np.median(p, axis=0)
+    level, shape = _level_and_shape(band_median, p)
+    mean = shape.mean(axis=0)
+    values, vectors = np.linalg.eigh(np.cov((shape - mean).T))    # ascending
+    top = np.argsort(values)[::-1][:axes]
+    axes_ = vectors[:, top].T                                      # (AXES, M)
+    axes_ *= np.where(axes_.sum(axis=1, keepdims=True) < 0, -1.0, 1.0)   # a fixed sign
+    off = (shape - mean) - ((shape - mean) @ axes_.T) @ axes_
+    level_median = float(np.median(level))
+    level_sd = max(MAD_TO_SD * float(np.median(np.abs(level - level_median))), MIN_LEVEL_SD)
+    ref = DomainReference(
+        band_median=band_median, shape_mean=mean, shape_axes=axes_,
+        axis_var=np.maximum(values[top], MIN_VARIANCE),
+        resid_var=np.maximum(np.mean(off**2, axis=0), MIN_VARIANCE),
+        level_median=level_median, level_sd=level_sd,
+        level_low=float(np.percentile(level, 0.5)), level_high=float(np.percentile(level, 99.5)),
+        shape_scale=1.0, level_scale=1.0, uses_level=uses_level)
+    shape_d, level_z = _parts(ref, p)
+    return replace(ref, shape_scale=max(float(np.percentile(shape_d, SCALE_QUANTILE)), 1e-9),
+                    level_scale=max(float(np.percentile(np.abs(level_z), SCALE_QUANTILE)),
+                                    1e-9),
+                    fitted_on=f"{len(p)} {source} recordings")
+
+
+def _parts(ref: DomainReference, profiles: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(R, M) -> (R,) shape distance and (R,) signed level z."""
+    level, shape = _level_and_shape(ref.band_median, np.atleast_2d(profiles))
+    return _shape_distance(ref, shape), (level - ref.level_median) / ref.level_sd
+
+
+def distances(ref: DomainReference, profiles: np.ndarray) -> np.ndarray:
+    """(R, M) profiles -> (R,) D, the larger scaled part (level left out if not used)."""
+    shape_d, level_z = _parts(ref, profiles)
+    level_part = np.abs(level_z) / ref.level_scale if ref.uses_level else 0.0 * level_z
+    return np.maximum(shape_d / ref.shape_scale, level_part)
+
+
+def threshold_rank(n: int, quantile: float = TARGET_QUANTILE) -> int:
+    """The 1-based rank of the threshold among n sorted val distances: ceil(q n), at most n."""
+    return min(n, max(1, math.ceil(quantile * n - 1e-9)))
+
+
+def fit_threshold(ref: DomainReference, val_profiles: np.ndarray,
+                  quantile: float = TARGET_QUANTILE) -> DomainReference:
+    """``ref`` with its threshold: the ``threshold_rank``-th smallest val distance."""
+    d = np.sort(distances(ref, val_profiles))
+    if d.size == 0:
+        raise ValueError("no val recordings to set the domain threshold on")
+    rank = threshold_rank(d.size, quantile)
+    capped = " (capped at the val maximum: under 100 recordings)" if rank == d.size else ""
+    return replace(ref, threshold=float(d[rank - 1]), quantile=quantile,
+                    fitted_on=f"{ref.fitted_on}; threshold on {d.size} val recordings"
+                              f"{capped}")
+
+
+def missing_bands(ref: DomainReference, profile: np.ndarray, centers_hz: np.ndarray,
+                  nyquist_hz: float | None = None) -> int:
+    """How many top mel bands the recording lacks: centres above its own Nyquist frequency,
+    or a run of top bands ``EMPTY_DB`` below the training shape."""
+    offset = np.asarray(profile, dtype=np.float64) - ref.band_median       # (M,)
+    base = np.median(offset[: offset.size // 2])    # level from the lower half: a cut band
+    empty = (offset - base - ref.shape_mean) < -EMPTY_DB               # removes the top (M,)
+    run = int(np.argmin(empty[::-1])) if not empty.all() else empty.size
+    above = int(np.sum(centers_hz > nyquist_hz)) if nyquist_hz is not None else 0
+    return max(run, above)
+
+
+def assess(ref: DomainReference | None, profile: np.ndarray, centers_hz: np.ndarray,
+           nyquist_hz: float | None = None) -> DomainCheck:
+    """One recording's (M,) profile against ``ref``; ``unknown`` without a reference."""
+    if ref is None:
+        return UNKNOWN_CHECK
+    p = np.atleast_2d(np.asarray(profile, dtype=np.float64))
+    distance = float(distances(ref, p)[0])
+    beyond_rate = nyquist_hz is not None and bool(np.any(centers_hz > nyquist_hz))
+    if not (distance > ref.threshold or beyond_rate):
+        return DomainCheck(IN, distance, "")
+    return DomainCheck(SHIFTED, distance, _reason(ref, p, centers_hz, nyquist_hz))
+
+
+def _reason(ref: DomainReference, p: np.ndarray, centers_hz: np.ndarray,
+            nyquist_hz: float | None) -> str:
+    missing = missing_bands(ref, p[0], centers_hz, nyquist_hz)
+    if missing:
+        return f"{BAND}: top {missing} of {p.shape[1]} mel bands empty"
+    shape_d, level_z = (float(v[0]) for v in _parts(ref, p))
+    if ref.uses_level and abs(level_z) / ref.level_scale > shape_d / ref.shape_scale:
+        db = float(level_z * ref.level_sd + ref.level_median)
+        return (f"{LEVEL}: {db:+.0f} dB vs training "
+                f"{ref.level_low:+.0f}..{ref.level_high:+.0f}")
+    return f"{SHAPE}: {shape_d / ref.shape_scale:.1f}x training spread"
+
+
+def wilson_interval(k: int, n: int, z: float = 1.959964) -> tuple[float, float]:
+    """Wilson score interval of a proportion k / n (95 % by default); (nan, nan) for n = 0."""
+    if n == 0:
+        return math.nan, math.nan
+    p = k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)

@@ -1,0 +1,208 @@
+"""The domain check: pure statistics (``leakpipe.decision.domain``), the version 5 detector file
+and predict's ``domain`` columns on real tiny recordings."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+import torch
+
+from leakpipe.cli import main
+from leakpipe.constants import BINARY_CLASSES
+from leakpipe.decision import domain as dm
+from leakpipe.detector import DETECTOR_VERSION, NO_DOMAIN_FILE, load_detector, save_detector
+from leakpipe.features.mel import band_centers_hz
+from leakpipe.model import create_model
+from leakpipe.predict import prepare
+from tests.helpers_detector import (
+    SMALL_MODEL,
+    one_torch_thread,
+    restore_logging,
+    save_small_detector,
+)
+from tests.helpers_predict import read_predictions
+
+_keep_logging = pytest.fixture(autouse=True)(restore_logging)
+_one_thread = pytest.fixture(autouse=True)(one_torch_thread)
+
+M = 32
+CENTERS = np.linspace(50.0, 4000.0, M)          # Hz, as a 32-band model up to 4096 Hz
+
+
+def _profiles(rng: np.random.Generator, n: int) -> np.ndarray:
+    """(n, M) band profiles: a falling spectrum with a random tilt, level and band noise."""
+    bands = np.arange(M) / M
+    tilt = rng.normal(-20.0, 4.0, (n, 1)) * bands
+    level = rng.normal(-40.0, 6.0, (n, 1))
+    return level + tilt + rng.normal(0.0, 1.0, (n, M))
+
+
+@pytest.fixture
+def reference() -> dm.DomainReference:
+    rng = np.random.default_rng(0)
+    return dm.fit_threshold(dm.fit_reference(_profiles(rng, 400)), _profiles(rng, 300))
+
+
+def test_recordings_like_the_references_own_are_mostly_in(reference: dm.DomainReference) -> None:
+    new = _profiles(np.random.default_rng(1), 500)
+    shifted = [dm.assess(reference, p, CENTERS).domain == dm.SHIFTED for p in new]
+    assert np.mean(shifted) < 0.05
+    assert reference.fitted_on == "400 train recordings; threshold on 300 val recordings"
+
+
+@pytest.mark.parametrize(("change", "reason"), [
+    ("band", f"band: top {int(np.sum(CENTERS > 2048.0))} of 32 mel bands empty"),  # 4096 Hz
+    ("level", "level"),
+    ("shape", "shape"),
+])
+def test_a_shifted_recording_names_its_main_reason(reference: dm.DomainReference, change: str,
+                                                   reason: str) -> None:
+    p = _profiles(np.random.default_rng(2), 1)[0]
+    assert dm.assess(reference, p, CENTERS).domain == dm.IN
+    nyquist = None
+    if change == "band":
+        p = np.where(CENTERS > 2048.0, -100.0, p)
+    elif change == "level":
+        p = p + 80.0
+    else:
+        p = p + 15.0 * np.sin(np.arange(M))          # ripple the training never had
+    check = dm.assess(reference, p, CENTERS, nyquist)
+    assert check.domain == dm.SHIFTED and check.distance > reference.threshold
+    assert check.reason.startswith(reason)
+
+
+def test_the_native_rate_alone_marks_missing_bands(reference: dm.DomainReference) -> None:
+    p = _profiles(np.random.default_rng(3), 1)[0]
+    assert dm.missing_bands(reference, p, CENTERS) == 0
+    assert dm.assess(reference, p, CENTERS, nyquist_hz=4096.0).domain == dm.IN
+    check = dm.assess(reference, p, CENTERS, nyquist_hz=2048.0)
+    assert check.domain == dm.SHIFTED and check.reason.startswith("band")
+    assert dm.missing_bands(reference, p, CENTERS, nyquist_hz=2048.0) == int(np.sum(CENTERS >
+                                                                                  2048.0))
+
+
+def test_a_level_the_network_does_not_see_is_no_shift() -> None:
+    rng = np.random.default_rng(0)
+    ref = dm.fit_threshold(dm.fit_reference(_profiles(rng, 400), uses_level=False),
+                           _profiles(rng, 300))
+    p = _profiles(np.random.default_rng(2), 1)[0] + 80.0
+    assert dm.assess(ref, p, CENTERS).domain == dm.IN
+
+
+@pytest.mark.parametrize(("n", "exceed"), [(300, 3), (100, 1), (99, 0), (20, 0)])
+def test_the_threshold_leaves_about_one_percent_of_val_above_it(n: int, exceed: int) -> None:
+    rng = np.random.default_rng(4)
+    ref = dm.fit_reference(_profiles(rng, 200))
+    val = _profiles(rng, n)
+    ref = dm.fit_threshold(ref, val)
+    assert int(np.sum(dm.distances(ref, val) > ref.threshold)) == exceed
+    assert ("capped" in ref.fitted_on) is (n < 100)
+
+
+def test_wilson_interval_matches_the_closed_form() -> None:
+    assert dm.wilson_interval(0, 10) == pytest.approx((0.0, 0.2775), abs=1e-4)
+    assert dm.wilson_interval(5, 10) == pytest.approx((0.2366, 0.7634), abs=1e-4)
+    assert all(math.isnan(v) for v in dm.wilson_interval(0, 0))
+
+
+def test_the_reference_round_trips_its_stored_form(reference: dm.DomainReference) -> None:
+    back = dm.DomainReference.from_dict(reference.to_dict())
+    p = _profiles(np.random.default_rng(5), 20)
+    assert np.array_equal(dm.distances(back, p), dm.distances(reference, p))
+    assert back.threshold == reference.threshold and back.fitted_on == reference.fitted_on
+    assert len(reference.to_dict()["shape_axes"]) == dm.AXES * M
+    with pytest.raises(ValueError, match="fields"):
+        dm.DomainReference.from_dict({"band_median": []})
+
+
+# -- the detector file and predict ----------------------------------------------------------
+
+RATE = 4096            # the small features' rate
+SECONDS = 2.0
+
+
+def _noise(path: Path, rng: np.random.Generator, gain_db: float, rate: int = RATE) -> Path:
+    x = 0.1 * 10 ** (gain_db / 20) * rng.standard_normal(int(SECONDS * rate))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sf.write(path, x.astype(np.float32), rate, subtype="FLOAT")
+    return path
+
+
+def _profile(path: Path, detector) -> np.ndarray:       # noqa: ANN001 (a Detector)
+    mel = np.concatenate([p.mel for p in prepare(path, detector, 0.5, 64)])
+    return dm.band_profile(mel)
+
+
+@pytest.fixture
+def detectors(tmp_path: Path) -> tuple[Path, Path]:
+    """(a version 5 detector with a reference of white-noise recordings, the same without)."""
+    torch.manual_seed(0)
+    old = save_small_detector(tmp_path / "old.pt", create_model(SMALL_MODEL,
+                                                                len(BINARY_CLASSES)).eval(),
+                              "none")
+    detector = load_detector(old)
+    rng = np.random.default_rng(0)
+    train = [_profile(_noise(tmp_path / "ref" / f"t{i}.wav", rng, rng.uniform(-3, 3)),
+                      detector) for i in range(24)]
+    val = [_profile(_noise(tmp_path / "ref" / f"v{i}.wav", rng, rng.uniform(-3, 3)), detector)
+           for i in range(12)]
+    ref = dm.fit_threshold(dm.fit_reference(np.stack(train)), np.stack(val))
+    new = tmp_path / "detector.pt"
+    save_detector(new, dataclasses.replace(detector, domain=ref))
+    return new, old
+
+
+def test_a_version_5_detector_keeps_its_reference(detectors: tuple[Path, Path]) -> None:
+    new, _ = detectors
+    raw = torch.load(new, weights_only=True)
+    assert raw["version"] == DETECTOR_VERSION == 5 and raw["domain"] is not None
+    ref = load_detector(new).domain
+    assert ref is not None and ref.fitted_on.startswith("24 train recordings")
+
+
+def test_predict_marks_each_recording_in_or_shifted_with_its_reason(
+        tmp_path: Path, detectors: tuple[Path, Path]) -> None:
+    rng = np.random.default_rng(7)
+    rec = tmp_path / "new"
+    _noise(rec / "like.wav", rng, 0.0)
+    _noise(rec / "narrow.wav", rng, 0.0, rate=RATE // 2)      # nothing above 1024 Hz
+    _noise(rec / "quiet.wav", rng, -40.0)
+    out = tmp_path / "out.csv"
+    assert main(["predict", str(rec), "--model", str(detectors[0]), "--out", str(out),
+                 "--no-progress", "--device", "cpu"]) == 0
+    rows = read_predictions(out)
+    assert rows["like.wav"]["domain"] == "in" and rows["like.wav"]["domain_reason"] == ""
+    assert rows["narrow.wav"]["domain"] == "shifted"
+    assert rows["narrow.wav"]["domain_reason"].startswith("band")
+    f = load_detector(detectors[0]).features
+    assert rows["narrow.wav"]["domain_reason"].startswith(
+        f"band: top {int(np.sum(band_centers_hz(f.n_mels, f.fmin, f.fmax) > RATE / 4))} of")
+    assert rows["quiet.wav"]["domain"] == "shifted"
+    assert re.match(r"level: -(39|40|41) dB vs training", rows["quiet.wav"]["domain_reason"])
+    for row in rows.values():                  # a shifted recording keeps its decision
+        assert row["decision"] in ("LEAK", "NOLEAK") and float(row["domain_distance"]) >= 0
+
+
+def test_an_older_detector_reports_domain_unknown_and_says_so_once(
+        tmp_path: Path, detectors: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    _, old = detectors
+    raw = torch.load(old, weights_only=True)
+    raw.pop("domain")
+    raw["version"] = 4
+    torch.save(raw, old)
+    _noise(tmp_path / "new" / "a.wav", np.random.default_rng(0), 0.0)
+    _noise(tmp_path / "new" / "b.wav", np.random.default_rng(1), 0.0)
+    out = tmp_path / "out.csv"
+    capsys.readouterr()
+    assert main(["predict", str(tmp_path / "new"), "--model", str(old), "--out", str(out),
+                 "--no-progress", "--device", "cpu"]) == 0
+    rows = read_predictions(out)
+    assert {(r["domain"], r["domain_distance"], r["domain_reason"]) for r in rows.values()} \
+        == {("unknown", "", "")}
+    assert capsys.readouterr().err.count(NO_DOMAIN_FILE) == 1        # the CLI logs to stderr
