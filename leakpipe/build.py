@@ -53,7 +53,7 @@ class RecordingResult:
     """Features of one recording, or the reason it could not be used."""
 
     index: int
-    mel: np.ndarray | None = None        # (clips, n_long, n_short, n_mels, n_frames)
+    mel: np.ndarray | None = None        # (clips, n_long, n_short, n_mels, n_frames), _Job.dtype
     waveform: np.ndarray | None = None   # (clips, clip_samples)
     error: str | None = None
     issues: tuple[Issue, ...] = ()       # failed signal checks (leakpipe.audio.quality)
@@ -109,6 +109,7 @@ class _Job:
     min_fraction: float
     store_waveform: bool
     quality: QualityConfig
+    dtype: str = "float32"  # the mel's storage type (build.dtype): cast here, half the bytes sent
 
 
 def process_recording(job: _Job, index: int, path: Path) -> RecordingResult:
@@ -141,7 +142,7 @@ def process_recording(job: _Job, index: int, path: Path) -> RecordingResult:
         return RecordingResult(index, error=str(exc))
     except OSError as exc:
         return RecordingResult(index, error=f"{path}: {os_problem(path, exc)}")
-    mel = clip_features(clips, job.features)
+    mel = clip_features(clips, job.features).astype(job.dtype, copy=False)
     return RecordingResult(index, mel=mel, waveform=clips if job.store_waveform else None,
                            issues=issues)
 
@@ -214,7 +215,8 @@ def build(cfg: BuildConfig, source: Path, out_dir: Path, progress: bool = True) 
     workers = cfg.workers or os.cpu_count() or 1
     report.workers = workers
     n_clips = None if cfg.clips_per_recording == ALL_CLIPS else cfg.clips_per_recording
-    job = _Job(features, n_clips, cfg.min_clip_fraction, cfg.store_waveform, cfg.quality)
+    job = _Job(features, n_clips, cfg.min_clip_fraction, cfg.store_waveform, cfg.quality,
+               cfg.dtype)
     label_of = {name: i for i, name in enumerate(class_names)}
     counts = {s: Counter() for s in SPLITS}
     log.info("build: %d recordings, classes %s, %d workers", len(recordings),
