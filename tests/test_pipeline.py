@@ -122,7 +122,7 @@ def test_repro_builds_every_output(reproduced: tuple[Path, str]) -> None:
     for output in ("models/model.pt", "metrics/train.json", "metrics/eval.json",
                    "metrics/baselines.json", "plots/baselines/comparison.json",
                    "metrics/tune.json", "tuning/best_params.yaml", "reports/preload.json",
-                   "reports/validation.json", "reports/predictions.csv",
+                   "reports/validation.json", "reports/predictions.csv", "reports/model_card.md",
                    "models/adapted_detector.pt", "metrics/adapt.json", "plots/adapt/rounds.csv",
                    "metrics/cv.json", "reports/cv_predictions.csv", "plots/cv/folds.png"):
         assert (project / output).is_file(), output
