@@ -8,7 +8,8 @@
    files, runs every method (``methods.run_fold_methods``), saves the fold's test scores and
    decisions (``fold-NN/result.json``, atomically) and drops the fold's files. A killed run
    resumes at the first fold without a result (the CNN inside a fold resumes from its
-   checkpoint); other inputs or settings start afresh;
+   checkpoint); other inputs, settings or package code (``cv.code_digest``: folds
+   computed by other code are never pooled with this code's) start afresh;
 3. pools the out-of-fold predictions (``report.summarise``) and writes `metrics/cv.json`, the
    predictions CSV, the per-fold plot rows and figure, each atomically;
 4. logs one MLflow parent run with a child run per fold and method.
@@ -33,6 +34,7 @@ from leakpipe import tracking
 from leakpipe.config import CrossvalConfig, load_section
 from leakpipe.config.crossval import CNN_METHOD
 from leakpipe.constants import H5_CLIP_INDEX
+from leakpipe.cv.code_digest import package_digest
 from leakpipe.cv.data import Recordings, pool_recordings, write_fold
 from leakpipe.cv.figure import folds_figure
 from leakpipe.cv.folds import ROLES, TEST, Fold, make_folds
@@ -87,7 +89,8 @@ def run_cv(paths: CvPaths, params: Path, *, folds: int | None = None,
     fold_list = make_folds(recordings.label_names, recordings.group, cv.folds, cv.val_fraction,
                            cv.seed)
     sha = {name: file_sha256(p) for name, p in paths.splits.items()}
-    _open_work(paths.work, {"sha256": sha, "settings": settings.to_dict()})
+    _open_work(paths.work, {"sha256": sha, "settings": settings.to_dict(),
+                            "code": package_digest()})
     log.info("crossval: %d recordings at %d sites, %d folds, methods %s", len(recordings),
              len(set(recordings.group)), cv.folds, list(cv.methods))
     results = []
