@@ -38,6 +38,11 @@ TINY = {
 }
 
 
+# Committed files outside stages/ and leakpipe/ that dvc.yaml lists as deps (the model card
+# quotes the sim-to-real report).
+FILE_DEPS = ("benchmarks/results/sim_to_real_zero_shot.json",)
+
+
 def project_env(cwd: Path) -> dict[str, str]:
     """The environment of commands in the project ``cwd``: the venv first on PATH and no DVC /
     MLflow variables of the outer run, but DVC's analytics off (``dvc init`` reports too).
@@ -91,6 +96,9 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for folder in ("stages", "leakpipe"):
         shutil.copytree(REPO / folder, root / folder,
                         ignore=shutil.ignore_patterns("__pycache__"))
+    for name in FILE_DEPS:
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(REPO / name, root / name)
     _shrink(root / "params.yaml", TINY)
     _git(root, "init", "-q")
     _run([str(BIN / "dvc"), "init", "-q"], root)
