@@ -24,7 +24,6 @@ import argparse
 import json
 import math
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -33,6 +32,9 @@ from pathlib import Path
 
 import numpy as np
 import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_build import machine  # noqa: E402  (a sibling script, not a package)
 
 REPO = Path(__file__).resolve().parents[1]
 STAGES = ("synth", "build", "validate", "preload", "train", "evaluate", "baselines")
@@ -142,13 +144,6 @@ def summarize(runs: list[dict], default_sites: int, load: dict[str, float]) -> d
         "exponents_fit_on": "recordings relative to the smallest size",
         "target_time_exponent": LINEAR, "stages_above_target": above,
         "exponents": exponents, "runs": runs}
-
-
-def machine() -> dict[str, object]:
-    cpu = next((line.split(":", 1)[1].strip() for line in
-                Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name")),
-               platform.processor())
-    return {"cpu": cpu, "logical_cores": os.cpu_count(), "python": platform.python_version()}
 
 
 def plot(summary: dict, out: Path) -> None:
