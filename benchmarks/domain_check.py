@@ -18,11 +18,16 @@ its own Nyquist frequency), without scoring the network (the decision does not e
 - real_dev: the five real testbed recordings in ../shared/real-dev (read there, never copied;
   skipped with a message when absent).
 
-Each set: n, shifted count and rate with a 95 % Wilson interval, the reasons' counts and the
-median distance. Writes benchmarks/results/domain.json.
+Each set: n, shifted count and rate with a 95 % Wilson interval, the reasons' counts, the
+median distance and the median / 95th percentile of each part (shape, level; each over its
+training 99th percentile: where a set sits inside the reference). ``probes`` (skip with
+--no-probes, about 2 min more): the two candidate third parts of ``domain_probes`` (the
+network's penultimate-layer embedding, band switching), fitted on train.h5 with the threshold on
+val.h5, alone and joined with D (threshold re-set on val), their rates on test, field and
+real-dev. Writes benchmarks/results/domain.json.
 
     python benchmarks/domain_check.py [--work /tmp/leakpipe_domain] \
-        [--out benchmarks/results/domain.json]
+        [--out benchmarks/results/domain.json] [--no-probes]
 """
 
 from __future__ import annotations
@@ -33,18 +38,28 @@ import json
 import logging
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+import domain_probes as probes  # the sibling module (run as a script)
 import numpy as np
 import soundfile as sf
+import torch
 
 from leakpipe.audio.io import read_audio
 from leakpipe.audio.resampling import resample
+from leakpipe.data.input_norm import normalize_clips
 from leakpipe.data.reader import open_split
-from leakpipe.decision.domain import SHIFTED, band_profile, distances, wilson_interval
+from leakpipe.decision.domain import (
+    SHIFTED,
+    band_profile,
+    distances,
+    scaled_parts,
+    wilson_interval,
+)
 from leakpipe.detector import Detector, load_detector, save_detector
-from leakpipe.evaluate.domain_reference import build_reference, split_profiles
+from leakpipe.evaluate.domain_reference import build_reference
+from leakpipe.features.mel import band_centers_hz
 from leakpipe.predict import find_recordings, prepare
 from leakpipe.predict_rows import domain_fields
 
@@ -66,14 +81,36 @@ def versioned_detector(path: Path, data: Path, work: Path) -> tuple[Detector, st
     return load_detector(out), f"{out} (evaluate's reference added to {path})"
 
 
-def check_files(detector: Detector, paths: Iterable[Path], min_fraction: float) -> list[dict]:
-    """predict's domain fields of each readable recording."""
+def probe_features(detector: Detector, mel: np.ndarray, embed: bool) -> dict[str, np.ndarray]:
+    """The raw per-recording values of the candidate parts (``domain_probes``)."""
+    f = detector.features
+    out = {"switching": probes.switching_features(
+        mel, probes.contrast_windows(band_centers_hz(f.n_mels, f.fmin, f.fmax)))}
+    if embed:
+        x = normalize_clips(torch.from_numpy(np.asarray(mel, dtype=np.float32)),
+                            detector.input_norm)
+        out["embedding"] = probes.embedding_features(detector.model.eval(), x.numpy())
+    return out
+
+
+def parts_of(detector: Detector, profile: np.ndarray) -> dict[str, float]:
+    assert detector.domain is not None
+    shape, level = (float(v[0]) for v in scaled_parts(detector.domain, profile[None]))
+    return {"shape_part": shape, "level_part": level}
+
+
+def check_files(detector: Detector, paths: Iterable[Path], min_fraction: float,
+                embed: bool | None) -> list[dict]:
+    """predict's domain fields of each readable recording, its two parts and (unless
+    ``embed`` is None) the candidate parts' raw values."""
     rows = []
     for path in paths:
         parts = list(prepare(path, detector, min_fraction, MAX_CLIPS))
         mel = np.concatenate([p.mel for p in parts])
-        rows.append({"path": str(path), **domain_fields(detector, band_profile(mel),
-                                                        parts[-1].band_hz)})
+        profile = band_profile(mel)
+        rows.append({"path": str(path), **domain_fields(detector, profile, parts[-1].band_hz),
+                     **parts_of(detector, profile),
+                     **(probe_features(detector, mel, embed) if embed is not None else {})})
     return rows
 
 
@@ -81,19 +118,65 @@ def summary(rows: list[dict]) -> dict:
     shifted = [r for r in rows if r["domain"] == SHIFTED]
     k, n = len(shifted), len(rows)
     low, high = wilson_interval(k, n)
-    return {"n": n, "shifted": k, "shifted_rate": k / n if n else None,
-            "ci95_low": low, "ci95_high": high,
-            "reasons": dict(Counter(r["domain_reason"].split(":")[0] for r in shifted)),
-            "median_distance": float(np.median([r["domain_distance"] for r in rows]))}
+    out = {"n": n, "shifted": k, "shifted_rate": k / n if n else None,
+           "ci95_low": low, "ci95_high": high,
+           "reasons": dict(Counter(r["domain_reason"].split(":")[0] for r in shifted)),
+           "median_distance": float(np.median([r["domain_distance"] for r in rows]))}
+    for part in ("shape_part", "level_part"):
+        values = [r[part] for r in rows]
+        out[part] = {"median": round(float(np.median(values)), 3),
+                     "p95": round(float(np.percentile(values, 95)), 3)}
+    return out
 
 
-def h5_summary(detector: Detector, path: Path) -> dict:
-    assert detector.domain is not None
-    d = distances(detector.domain, split_profiles(path))
-    rows = [{"domain": SHIFTED if x > detector.domain.threshold else "in", "domain_distance": x,
-             "domain_reason": ""} for x in d]
+def h5_recordings(path: Path) -> Iterator[tuple[str, np.ndarray]]:
+    """(recording id, its (clips, L, S, M, T) log-mel) of a split, in id order."""
+    with open_split(path) as split:
+        ids = split.recording_ids
+        mel = np.concatenate([np.asarray(block) for _, block in split.iter_chunks(256)])
+    for rid in np.unique(ids):
+        yield str(rid), mel[ids == rid]
+
+
+def h5_rows(detector: Detector, path: Path, embed: bool | None) -> list[dict]:
+    """evaluate's path: each recording's D from the HDF5 clips, its parts and probes."""
+    ref = detector.domain
+    assert ref is not None
+    rows = []
+    for rid, mel in h5_recordings(path):
+        profile = band_profile(mel)
+        d = float(distances(ref, profile[None])[0])
+        rows.append({"path": rid, "domain": SHIFTED if d > ref.threshold else "in",
+                     "domain_distance": d, "domain_reason": "", **parts_of(detector, profile),
+                     **(probe_features(detector, mel, embed) if embed is not None else {})})
+    return rows
+
+
+def h5_summary(rows: list[dict]) -> dict:
     out = summary(rows)
     out.pop("reasons")
+    return out
+
+
+def probe_report(sets: dict[str, list[dict]]) -> dict:
+    """Each candidate part alone and joined with D (max of the two, threshold re-set on
+    val), fitted on the train rows: its shifted rate per set."""
+    out: dict = {}
+    for name in ("embedding", "switching"):
+        train = np.stack([r[name] for r in sets["train"]])
+        part = (probes.lowrank_distance(train) if name == "embedding"
+                else probes.switching_part(train))
+        raw = {k: part(np.stack([r[name] for r in rows])) for k, rows in sets.items()}
+        alone = probes.fit_probe(name, raw["train"], raw["val"])
+        joint = {k: np.maximum(v / alone.scale, [r["domain_distance"] for r in sets[k]])
+                 for k, v in raw.items()}
+        joint_thr = float(np.sort(joint["val"])[probes.threshold_rank(len(joint["val"])) - 1])
+        out[name] = {"scale": alone.scale, "threshold_alone": alone.threshold,
+                     "threshold_joint": joint_thr, "sets": {
+                         k: {"alone": probes.rate(v / alone.scale > alone.threshold),
+                             "joint": probes.rate(joint[k] > joint_thr),
+                             "median_part": round(float(np.median(v / alone.scale)), 3)}
+                         for k, v in raw.items() if k != "train"}}
     return out
 
 
@@ -116,6 +199,8 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=Path("/tmp/leakpipe_domain"))
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks/results/domain.json")
     parser.add_argument("--min-clip-fraction", type=float, default=0.5)
+    parser.add_argument("--no-probes", action="store_true",
+                        help="skip the candidate third parts (domain_probes)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     args.work.mkdir(parents=True, exist_ok=True)
@@ -124,9 +209,13 @@ def main() -> None:
     ref = detector.domain
     assert ref is not None
     start = time.perf_counter()
+    torch.set_num_threads(1)              # a shared 2-core machine; the probes' forward pass
+    embed = None if args.no_probes else True
     test_files = [raw / rid for rid in sorted(set(_ids(data / "test.h5")))]
-    sets: dict[str, dict] = {"val_split_h5": h5_summary(detector, data / "val.h5"),
-                             "test_split_h5": h5_summary(detector, data / "test.h5")}
+    rows_of = {name: h5_rows(detector, data / f"{name}.h5", embed)
+               for name in ("train", "val", "test")}
+    sets: dict[str, dict] = {"val_split_h5": h5_summary(rows_of["val"]),
+                             "test_split_h5": h5_summary(rows_of["test"])}
     named = {
         "test_split": test_files,
         "field_pool": find_recordings([REPO / "data/field/pool"]),
@@ -139,7 +228,9 @@ def main() -> None:
         log.info("%s absent: real_dev skipped", REAL_DEV)
     examples = {}
     for name, paths in named.items():
-        rows = check_files(detector, paths, args.min_clip_fraction)
+        rows = check_files(detector, paths, args.min_clip_fraction,
+                           embed if name in ("field_pool", "field_check", "real_dev") else None)
+        rows_of[name] = rows
         sets[name] = summary(rows)
         if name == "real_dev":
             sets[name]["recordings"] = {Path(r["path"]).name: f"{r['domain']} "
@@ -147,8 +238,10 @@ def main() -> None:
                                         for r in rows}
         examples[name] = next((r["domain_reason"] for r in rows if r["domain_reason"]), "")
         log.info("%s: %s", name, {k: v for k, v in sets[name].items() if k != "recordings"})
+    probed = {k: v for k, v in rows_of.items() if v and "switching" in v[0]}
     doc = {"detector": source, "reference": ref.fitted_on, "threshold": ref.threshold,
            "uses_level": ref.uses_level, "sets": sets, "example_reasons": examples,
+           "probes": probe_report(probed) if embed else "skipped (--no-probes)",
            "seconds": round(time.perf_counter() - start, 1),
            "note": "rates are shares of recordings called shifted; 95 % Wilson intervals"}
     args.out.parent.mkdir(parents=True, exist_ok=True)

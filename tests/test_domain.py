@@ -95,6 +95,14 @@ def test_a_level_the_network_does_not_see_is_no_shift() -> None:
     assert dm.assess(ref, p, CENTERS).domain == dm.IN
 
 
+def test_d_is_the_larger_of_its_two_scaled_parts(reference: dm.DomainReference) -> None:
+    p = _profiles(np.random.default_rng(6), 50)
+    p[:5] += 80.0                                  # five far by level, the rest near
+    shape, level = dm.scaled_parts(reference, p)
+    assert np.allclose(dm.distances(reference, p), np.maximum(shape, level))
+    assert np.all(level[:5] > shape[:5]) and np.all(level[:5] > reference.threshold)
+
+
 @pytest.mark.parametrize(("n", "exceed"), [(300, 3), (100, 1), (99, 0), (20, 0)])
 def test_the_threshold_leaves_about_one_percent_of_val_above_it(n: int, exceed: int) -> None:
     rng = np.random.default_rng(4)
