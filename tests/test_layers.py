@@ -11,7 +11,8 @@ statically (AST), nothing is imported.
 Where a change goes (docs/architecture.md says the same):
 
 - constants / errors / paths / logs: names and exceptions everything shares;
-- files, metric_names, config: atomic writes and hashes, metric naming, typed params;
+- files, metric_names, config, code_digest: atomic writes and hashes, metric naming, typed
+  params, the package source's digest (crossval and tune key their saved results on it);
 - runtime (device / precision / memory format, decided once), allocator, tracking (the one
   MLflow adapter), monitor (training diagnostics), plots_page (DVC's plots as an offline page);
 - decision (voting, metrics, operating point: pure), audio, features;
@@ -46,7 +47,7 @@ from tests.test_dvc_deps import PACKAGE, REPO, imported_names, module_file
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("__init__", "constants"),
     ("errors", "paths", "logs", "db_urls"),
-    ("files", "metric_names", "config"),
+    ("files", "metric_names", "config", "code_digest"),
     ("runtime", "allocator", "tracking", "monitor", "plots_page"),
     ("decision", "audio", "features"),
     ("model", "data"),

@@ -265,7 +265,8 @@ def test_tuning_searches_level_input_and_old_studies_keep_their_names(tmp_path: 
     assert variant.model.level_input is True
     data = tmp_path / "train.h5"
     data.write_bytes(b"abc")
-    # the name as it was computed before the keys existed
+    # the name as it was computed before the keys existed (for one code digest: keys at
+    # their defaults add nothing to the params part of the hash)
     old_model = {k: v for k, v in dataclasses.asdict(model).items()
                  if k not in ("level_input", "tonal_median")}
     old_train = {k: v for k, v in dataclasses.asdict(train).items()
@@ -273,10 +274,11 @@ def test_tuning_searches_level_input_and_old_studies_keep_their_names(tmp_path: 
     identity = {"model": old_model, "train": old_train,
                 "tune": {k: v for k, v in dataclasses.asdict(tune).items()
                          if k not in BUDGET_KEYS},
-                "data": [file_sha256(data)]}
+                "data": [file_sha256(data)], "code": "c0de"}
     digest = hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode())
-    name = study_name(tune, model, train, [data])
+    name = study_name(tune, model, train, [data], code="c0de")
     assert name == f"{tune.study_name}-{digest.hexdigest()[:HASH_CHARS]}"
-    assert study_name(tune, dataclasses.replace(model, level_input=True), train, [data]) != name
+    assert study_name(tune, dataclasses.replace(model, level_input=True), train, [data],
+                      code="c0de") != name
     assert study_name(tune, model, dataclasses.replace(train, label_smoothing=0.1),
-                      [data]) != name
+                      [data], code="c0de") != name

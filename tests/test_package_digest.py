@@ -1,5 +1,5 @@
-"""``cv.code_digest.package_digest``: the key that keeps a resumable stage from reusing results that
-other code computed (crossval's finished folds)."""
+"""``code_digest.package_digest``: the key that keeps a resumable stage from reusing results that
+other code computed (crossval's finished folds, tune's Optuna study)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import leakpipe
-from leakpipe.cv.code_digest import package_digest
+from leakpipe.code_digest import package_digest
 from tests.conftest import REPO
 
 
@@ -55,3 +55,18 @@ def test_crossval_keys_its_work_folder_on_the_code(tmp_path: Path,
     (package / "model.py").write_text((package / "model.py").read_text() + "\n# edit\n")
     _open_work(work, {"settings": 1, "code": package_digest()})
     assert not (work / "fold-01").exists()                       # other code: afresh
+
+
+def test_tune_names_its_study_by_the_code(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The stage's own setup reads the real digest: an edit to a copy of the package (one tune
+    does not even import) names another study; the unchanged copy, the same one."""
+    from leakpipe.tune.driver import load_setup
+    from tests.helpers_tune import make_workspace
+
+    ws = make_workspace(tmp_path / "ws")
+    package = _copy(tmp_path / "code", monkeypatch)
+    name = load_setup(ws.params, ws.paths).name
+    assert load_setup(ws.params, ws.paths).name == name
+    serve = package / "serve" / "__init__.py"
+    serve.write_text(serve.read_text() + "\n# edit\n")
+    assert load_setup(ws.params, ws.paths).name != name

@@ -44,6 +44,7 @@ from leakpipe.tune.trial_budget import (
 from tests.conftest import PARAMS
 
 HOUR = datetime.timedelta(hours=1)
+CODE = "0" * 64   # a package source digest (code_digest.package_digest's form)
 
 
 @pytest.mark.parametrize(("budget", "n_trials", "expired", "decision"), [
@@ -184,14 +185,29 @@ def test_study_name_ignores_the_budget_but_not_the_space(tmp_path: Path) -> None
     cfg = load_section(PARAMS, "tune")
     data = tmp_path / "train.h5"
     data.write_bytes(b"abc")
-    name = study_name(cfg, model, train, [data])
+    name = study_name(cfg, model, train, [data], code=CODE)
     assert study_name(dataclasses.replace(cfg, n_trials=50, workers=4), model, train,
-                      [data]) == name
-    assert study_name(dataclasses.replace(cfg, epochs=3), model, train, [data]) != name
+                      [data], code=CODE) == name
+    assert study_name(dataclasses.replace(cfg, epochs=3), model, train, [data],
+                      code=CODE) != name
     # trials take epochs / compile from `tune`: the final training's values do not matter
     longer = dataclasses.replace(train, epochs=train.epochs + 5, compile=not train.compile)
-    assert study_name(cfg, model, longer, [data]) == name
+    assert study_name(cfg, model, longer, [data], code=CODE) == name
     assert study_name(cfg, model, dataclasses.replace(train, seed=train.seed + 1),
-                      [data]) != name
+                      [data], code=CODE) != name
     data.write_bytes(b"abd")
-    assert study_name(cfg, model, train, [data]) != name
+    assert study_name(cfg, model, train, [data], code=CODE) != name
+
+
+def test_study_name_follows_the_code(tmp_path: Path) -> None:
+    """Same params and data, other package source: another study (its trials measured other
+    code); the digest is a required input, never silently left out."""
+    model, train = load_section(PARAMS, "model"), load_section(PARAMS, "train")
+    cfg = load_section(PARAMS, "tune")
+    data = tmp_path / "train.h5"
+    data.write_bytes(b"abc")
+    name = study_name(cfg, model, train, [data], code=CODE)
+    assert study_name(cfg, model, train, [data], code=CODE) == name
+    assert study_name(cfg, model, train, [data], code="f" * 64) != name
+    with pytest.raises(ValueError, match="source digest"):
+        study_name(cfg, model, train, [data], code="")

@@ -18,10 +18,10 @@ from optuna.trial import TrialState
 from leakpipe.cli import main
 from leakpipe.train import fit as fit_module
 from leakpipe.train.losses import NonFiniteLossError
-from leakpipe.tune import objective
+from leakpipe.tune import driver, objective
 from leakpipe.tune.driver import run_study
 from leakpipe.tune.names import ATTR_REASON, ATTR_RUN_ID, TAG_PRUNED_AT, TAG_STATE, TAG_TRIAL
-from leakpipe.tune.study import TuneError
+from leakpipe.tune.study import TuneError, open_storage
 from leakpipe.tune.workers import close_run
 from tests.helpers_detector import copied_store
 from tests.helpers_tune import TuneWorkspace, make_workspace, spec
@@ -104,6 +104,35 @@ def test_study_runs_to_budget_resumes_and_logs_one_parent_with_a_child_per_trial
     artifacts = MlflowClient(mlflow_uri).list_artifacts(parents[0].info.run_id, "tuning")
     assert {"best_params.yaml", "optimization_history.png"} <= {
         Path(a.path).name for a in artifacts}
+
+
+def test_a_finished_study_is_resumed_under_the_same_code_only(
+        ws: TuneWorkspace, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The package's source digest is part of the study's identity: after a code change the
+    stage (``dvc repro`` re-runs it) starts a new study in the same journal instead of
+    reporting the trials the old code finished; back under the old code, the old study
+    resumes where it stopped. The digest is set, not the package edited (other tests read it)."""
+    monkeypatch.setattr(driver, "package_digest", lambda: "a" * 64)
+    old = run_study(ws.params, ws.paths, progress=False, tracked=False)
+    assert sum(old.counts.values()) == 3
+    started = {t.number: t.datetime_start for t in ws.study().get_trials()}
+
+    monkeypatch.setattr(driver, "package_digest", lambda: "b" * 64)    # other code
+    new = run_study(ws.params, ws.paths, progress=False, tracked=False)
+    assert new.study_name != old.study_name
+    assert sum(new.counts.values()) == 3                     # its own three trials, run afresh
+    setup = driver.load_setup(ws.params, ws.paths)
+    storage = open_storage(setup.spec, setup.tune)
+    assert set(optuna.get_all_study_names(storage)) == {old.study_name, new.study_name}
+    assert ws.study().study_name == new.study_name
+
+    monkeypatch.setattr(driver, "package_digest", lambda: "a" * 64)    # the old code again
+    _set_tune(ws, n_trials=4)
+    again = run_study(ws.params, ws.paths, progress=False, tracked=False)
+    assert again.study_name == old.study_name and sum(again.counts.values()) == 4
+    trials = ws.study().get_trials()
+    assert {t.number: t.datetime_start for t in trials if t.number < 3} == started  # kept
+    assert len(trials) == 4                                  # one trial ran: the budget's 4th
 
 
 def test_outputs_hold_the_best_trial_and_the_counts(ws: TuneWorkspace) -> None:

@@ -91,7 +91,7 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=positive_int, default=None,
                         help="torch CPU threads of a worker (default: tune.threads_per_worker)")
     parser.add_argument("--study", default=None,
-                        help="study name to join (default: computed from the params and data)")
+                        help="study name to join (default: from the params, data and code)")
     add_validated_arguments(parser)
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 

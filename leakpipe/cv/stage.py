@@ -8,7 +8,7 @@
    files, runs every method (``methods.run_fold_methods``), saves the fold's test scores and
    decisions (``fold-NN/result.json``, atomically) and drops the fold's files. A killed run
    resumes at the first fold without a result (the CNN inside a fold resumes from its
-   checkpoint); other inputs, settings or package code (``cv.code_digest``: folds
+   checkpoint); other inputs, settings or package code (``code_digest``: folds
    computed by other code are never pooled with this code's) start afresh;
 3. pools the out-of-fold predictions (``report.summarise``) and writes `metrics/cv.json`, the
    predictions CSV, the per-fold plot rows and figure, each atomically;
@@ -31,10 +31,10 @@ from typing import Any
 import numpy as np
 
 from leakpipe import tracking
+from leakpipe.code_digest import package_digest
 from leakpipe.config import CrossvalConfig, load_section
 from leakpipe.config.crossval import CNN_METHOD
 from leakpipe.constants import H5_CLIP_INDEX
-from leakpipe.cv.code_digest import package_digest
 from leakpipe.cv.data import Recordings, pool_recordings, write_fold
 from leakpipe.cv.figure import folds_figure
 from leakpipe.cv.folds import ROLES, TEST, Fold, make_folds

@@ -22,6 +22,7 @@ import optuna
 import torch
 
 from leakpipe import tracking
+from leakpipe.code_digest import package_digest
 from leakpipe.config import (
     DecisionConfig,
     ModelConfig,
@@ -94,10 +95,13 @@ class Setup:
 
 
 def load_setup(params: Path, paths: TunePaths, name: str | None = None) -> Setup:
+    """The params, the storage and the study's name: ``name`` (``--study``) or the one computed
+    from the params, the data and this package's source digest (other code, another study)."""
     model, train = load_section(params, "model"), load_section(params, "train")
     cfg, decision = load_section(params, "tune"), load_section(params, "decision")
     check_space(model, train, cfg, str(params))
-    name = name or study_name(cfg, model, train, [paths.train, paths.val], decision)
+    name = name or study_name(cfg, model, train, [paths.train, paths.val], decision,
+                              code=package_digest())
     return Setup(model, train, cfg, resolve_storage(cfg, paths.journal), name,
                  runtime=load_section(params, "runtime"), decision=decision)
 

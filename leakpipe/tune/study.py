@@ -7,9 +7,10 @@ workers on many machines and gets Optuna's heartbeats (a trial whose worker stop
 ``tune.grace_s`` is failed and re-queued up to ``tune.max_retry`` times).
 
 Name: ``<tune.study_name>-<hash>``, the hash over the `model`, `train` (but the keys trials take
-from `tune`: ``TRIAL_OVERRIDES``) and `tune` params (not the
-budget or the storage) and the train / val files. Re-running with a larger budget resumes the
-study; changing the space, the trial epochs or the data starts a new one in the same storage.
+from `tune`: ``TRIAL_OVERRIDES``) and `tune` params (not the budget or the storage), the train /
+val files and the package's source digest (``leakpipe.code_digest``). Re-running with a larger
+budget resumes the study; changing the space, the trial epochs, the data or the code starts a
+new one in the same storage: trials that other code finished measured that code, not this one.
 """
 
 from __future__ import annotations
@@ -132,23 +133,28 @@ def open_storage(spec: StorageSpec, cfg: TuneConfig) -> BaseStorage:
 
 
 def study_name(cfg: TuneConfig, model: ModelConfig, train: TrainConfig,
-               data: Sequence[Path], decision: DecisionConfig | None = None) -> str:
+               data: Sequence[Path], decision: DecisionConfig | None = None, *,
+               code: str) -> str:
     """``<study_name>-<hash of what the trials measure>``.
 
-    ``decision`` (how val decides files: the val F1 a trial reports) joins the hash when given.
-    Keys added to `model` / `train` later join it only when they change what a trial does, so
-    a study started before they existed keeps its name.
+    ``code`` is the package's source digest (``code_digest.package_digest()``; a parameter so
+    the name stays a pure function of its inputs): the same params and data under other code
+    name another study, so ``dvc repro`` after a code change never reports trials the old code
+    finished as this code's. ``decision`` (how val decides files: the val F1 a trial reports)
+    joins the hash when given. Keys added to `model` / `train` later join it only when they
+    change what a trial does.
     """
+    if not code:
+        raise ValueError("study_name: code must be the package's source digest, not empty")
     tune = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in BUDGET_KEYS}
     trial_train = {k: v for k, v in dataclasses.asdict(train).items() if k not in TRIAL_OVERRIDES}
     identity = {"model": without_added_defaults("model", dataclasses.asdict(model)),
                 "train": without_added_defaults("train", trial_train),
-                "tune": tune, "data": [file_sha256(p) for p in data]}
+                "tune": tune, "data": [file_sha256(p) for p in data], "code": code}
     if decision is not None:
         identity["decision"] = dataclasses.asdict(decision)
     digest = hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode())
     return f"{cfg.study_name}-{digest.hexdigest()[:HASH_CHARS]}"
-
 
 
 def make_sampler(cfg: TuneConfig, worker_index: int, offset: int) -> optuna.samplers.TPESampler:
@@ -172,7 +178,7 @@ def open_study(storage: BaseStorage, name: str, cfg: TuneConfig, *, worker_index
     """Create or load the study; ``create=False`` (a joining worker) needs it to exist."""
     if not create and name not in optuna.get_all_study_names(storage):
         raise TuneError(f"study {name!r} is not in the storage; start it with `leakpipe tune` "
-                        "(or `dvc repro tune`) with the same params and data first")
+                        "(or `dvc repro tune`) with the same params, data and code first")
     study = optuna.create_study(storage=storage, study_name=name,
                                 direction=resolve_direction(cfg),
                                 sampler=make_sampler(cfg, worker_index, 0),

@@ -1,4 +1,9 @@
-"""The digest of the leakpipe package's source, what crossval keys its finished folds on."""
+"""The digest of the leakpipe package's source: what a resumable stage keys its saved partial
+results on (crossval's finished folds, tune's Optuna study), so that other code never reuses them.
+
+It sits low in the layers (it needs only the package's own location) because stages of
+different layers share it: cv is above tune, and tune may not import cv.
+"""
 
 from __future__ import annotations
 
