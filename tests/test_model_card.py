@@ -1,5 +1,6 @@
 """The model card: per-condition figures with their n from the manifest, the sim-to-real
-section from its report or a plain "not measured", the same bytes for the same evaluation."""
+section from its report or a plain "not measured", the same bytes for the same evaluation (no
+run id, no absolute path: those go to the registry description or are shortened)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,13 @@ import numpy as np
 from leakpipe.config import FeatureConfig, ModelConfig, load_section
 from leakpipe.constants import BINARY_CLASSES, KNOWN_CLASSES
 from leakpipe.detector import Network
-from leakpipe.evaluate.model_card import CardInputs, manifest_conditions, model_card
+from leakpipe.evaluate.model_card import (
+    CardInputs,
+    manifest_conditions,
+    model_card,
+    registry_description,
+)
+from leakpipe.files import write_text_atomic
 from leakpipe.model import create_model
 from tests.conftest import PARAMS
 from tests.helpers_h5 import SMALL_FEATURES
@@ -83,6 +90,35 @@ def test_sim_to_real_figures_and_which_detector_they_belong_to() -> None:
     assert "From `s.json`: the detector then at `models/detector.pt` (input_norm `none`" in text
     assert "ROC-AUC 0.379 [0.199, 0.560]" in text and "specificity 0.000" in text
     assert "over 60 clips of 2 real recordings. One testbed." in text
+
+
+def test_the_card_file_has_the_same_bytes_whatever_the_run(tmp_path: Path) -> None:
+    """Two fresh runs on the same data and code: other MLflow run ids, another checkout (the
+    benchmark's detector path is absolute); the card files are byte-identical, the run id is
+    in the registry description only."""
+    report = {"detector": {"path": "/home/a/leakpipe/models/detector.pt", "input_norm": "none",
+                           "threshold": 0.31},
+              "recordings": {"a.wav": "LEAK"}, "zero_shot": {"overall": {"n_clips": 12}}}
+    runs = {"first": ("0f" * 16, "/srv/one/benchmarks/results/s.json"),
+            "second": ("a1" * 16, "/tmp/two/benchmarks/results/s.json")}
+    written = {}
+    for name, (run_id, path) in runs.items():
+        card = _inputs(train_run=run_id, sim_to_real=report, sim_to_real_path=path)
+        write_text_atomic(tmp_path / f"{name}.md", model_card(card))
+        written[name] = (tmp_path / f"{name}.md").read_bytes()
+        description = registry_description(card)
+        assert description.startswith(model_card(card))
+        assert f"MLflow train run of this network: `{run_id}`" in description
+    assert written["first"] == written["second"]
+    text = written["first"].decode()
+    assert "0f0f" not in text and "a1a1" not in text and "/srv" not in text and "/home" not in text
+    assert ("From `.../results/s.json`: the detector then at `.../models/detector.pt` "
+            "(input_norm `none`") in text
+    for title in ("Intended use", "Model", "Data", "Test figures", "Per condition",
+                  "Real recordings", "Known limits"):
+        assert f"\n## {title}" in text
+    assert "- Source: `data/raw` (params.yaml `build.source`); trained on the train split." in text
+    assert registry_description(_inputs()) == model_card(_inputs())   # no train run: the card
 
 
 def test_the_limits_name_the_models_band() -> None:

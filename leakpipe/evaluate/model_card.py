@@ -7,8 +7,10 @@ A crew digs on a LEAK call: the card is the one page that says how far that call
 Its per-condition figures (pipe material, sensor, native sample rate: the manifest's columns
 where it has them) each carry their number of recordings, because a figure over five recordings
 is an anecdote, and a condition the test split lacks is simply absent, never extrapolated.
-The text is built from the evaluation alone (no clock, no host), so the same evaluation gives
-the same bytes and DVC sees no change where there is none.
+The card file is built from the evaluation alone (no clock, no host, no MLflow run id, no
+absolute path), so the same data and code give the same bytes and DVC sees no change where there
+is none. What only the tracking store can say (the id of the train run that wrote the network)
+goes into the registered version's description alone: ``registry_description``.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import csv
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePath
 
 import numpy as np
 
@@ -55,6 +57,7 @@ class CardInputs:
     conditions: Mapping[str, Mapping[str, str]]   # recording_id -> {column: value}
     sim_to_real: Mapping | None  # benchmarks/sim_to_real.py's JSON, or None
     sim_to_real_path: str = ""
+    train_run: str | None = None  # MLflow id of the network's train run: registry only
 
 
 def manifest_conditions(source: Path) -> dict[str, dict[str, str]]:
@@ -74,10 +77,33 @@ def manifest_conditions(source: Path) -> dict[str, dict[str, str]]:
 
 
 def model_card(card: CardInputs) -> str:
-    """The card as Markdown."""
+    """The card as Markdown: the bytes of reports/model_card.md (a DVC output). Nothing that
+    differs between two runs on the same data and code enters it (``card.train_run`` does not)."""
     parts = [_head(card), _intended_use(), _model(card), _data(card), _test(card),
              _per_condition(card), _sim_to_real(card), _limits(card)]
     return "\n\n".join(p.rstrip() for p in parts) + "\n"
+
+
+def registry_description(card: CardInputs) -> str:
+    """The registered version's description: the card, then the run that trained the network.
+    A registry version is one run's record, so its run ids belong there and not in the file;
+    without a known train run it is the card alone."""
+    text = model_card(card)
+    if not card.train_run:
+        return text
+    return (text + "\n## Provenance (registry only)\n\n"
+            f"- MLflow train run of this network: `{card.train_run}` (kept out of "
+            "reports/model_card.md, whose bytes depend on the data and code alone).\n")
+
+
+def shown_path(path: str) -> str:
+    """``path`` as the card shows it: a relative path as given; an absolute one (a machine's
+    own, e.g. the detector a benchmark scored) as ``.../<folder>/<file>``, its last two parts,
+    so that the card reads the same on every machine and in every checkout."""
+    pure = PurePath(path)
+    if not pure.is_absolute():
+        return path
+    return ".../" + "/".join(pure.parts[1:][-2:])
 
 
 def _head(card: CardInputs) -> str:
@@ -172,7 +198,8 @@ def _sim_to_real(card: CardInputs) -> str:
     overall = report.get("zero_shot", {}).get("overall", {})
     det = report.get("detector", {})
     ci = overall.get("roc_auc_ci") or [math.nan, math.nan]
-    return head + (f"From `{card.sim_to_real_path}`: the detector then at `{det.get('path', '?')}` "
+    return head + (f"From `{shown_path(card.sim_to_real_path)}`: the detector then at "
+                   f"`{shown_path(str(det.get('path', '?')))}` "
                    f"(input_norm `{det.get('input_norm', '?')}`, threshold "
                    f"{det.get('threshold', '?')}), which is this one only if the benchmark ran "
                    "after this evaluation (re-run it after training). Zero-shot clip ROC-AUC "

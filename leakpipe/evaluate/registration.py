@@ -48,15 +48,17 @@ def network_text(network: Network) -> str:
             f"classes {', '.join(network.data_class_names)} learned as {task}")
 
 
-def training_text(data_tag: str | None, train_run: str | None) -> str:
+def training_text(data_tag: str | None) -> str:
     """The training data, from the train run's ``leakpipe.data_checksum`` (each split file's
-    sha256 by split), or why it is not known here."""
-    if not data_tag or train_run is None:
+    sha256 by split), or why it is not known here. No run id: the text goes into the model
+    card file, which must not change when only the run does (``model_card.registry_description``
+    adds the id to the registered version)."""
+    if not data_tag:
         return "training data not known here (no train run of this network in the store)"
     digests = dict(part.split(":", 1) for part in data_tag.split(",") if ":" in part)
     splits = ", ".join(f"{split} split sha256 {digest[:SHA_CHARS]}"
                        for split, digest in sorted(digests.items()))
-    return f"trained on the {splits} (train run {train_run})"
+    return f"trained on the {splits}"
 
 
 def register_version(run: Tracker, uri: str, name: str, *, alias: str,

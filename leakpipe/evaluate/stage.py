@@ -14,9 +14,10 @@
    intervals, per-condition figures from the source's manifest, the sim-to-real figures, known
    limits) is written to ``reports/model_card.md`` and logged;
 6. with ``evaluate.registered_model`` set, the logged detector becomes a new version of that
-   registered model, tagged with this run, its commit and its test F1, with the model card as
-   its description, and the alias ``candidate`` moves to it: `leakpipe promote` decides
-   whether it becomes ``champion``.
+   registered model, tagged with this run, its commit and its test F1, with the model card and
+   the network's train run id as its description (the id stays out of the card file: a DVC
+   output has the same bytes for the same data and code), and the alias ``candidate`` moves to
+   it: `leakpipe promote` decides whether it becomes ``champion``.
 """
 
 from __future__ import annotations
@@ -42,7 +43,12 @@ from leakpipe.evaluate.detector_evaluation import (
     evaluation_figures,
     write_outputs,
 )
-from leakpipe.evaluate.model_card import CardInputs, manifest_conditions, model_card
+from leakpipe.evaluate.model_card import (
+    CardInputs,
+    manifest_conditions,
+    model_card,
+    registry_description,
+)
 from leakpipe.evaluate.registration import register_version, training_text
 from leakpipe.files import file_sha256, write_text_atomic
 from leakpipe.preload.plan import read_plan
@@ -96,22 +102,23 @@ def run_evaluate(paths: EvaluatePaths, params: Path, *, progress: bool = True) -
                       plots_dir=paths.plots_dir, predictions_path=paths.predictions,
                       detector_path=paths.detector)
         data = tracking.run_tag(train_run, tracking.TAG_DATA) if train_run else None
-        card = model_card(_card_inputs(
-            evaluation, detector, cfg.confidence, sha, trust.sha256["test"],
-            training_text(data, train_run), load_section(params, "build").source, paths))
+        card = _card_inputs(evaluation, detector, cfg.confidence, sha, trust.sha256["test"],
+                            training_text(data), load_section(params, "build").source, paths,
+                            train_run)
         if paths.model_card is not None:
-            write_text_atomic(paths.model_card, card)
+            write_text_atomic(paths.model_card, model_card(card))
         detector_uri = _log_evaluation(run, evaluation, paths)
         if cfg.registered_model and detector_uri is not None:
             _register(run, evaluation, detector_uri, cfg.registered_model,
                       {tracking.TAG_TEST_SHA256: trust.sha256["test"],
-                       tracking.TAG_MODEL_SHA256: sha}, card)
+                       tracking.TAG_MODEL_SHA256: sha}, registry_description(card))
     print(summary_line(evaluation, paths.metrics))
     return 0
 
 
 def _card_inputs(evaluation: Evaluation, detector: object, confidence: float, model_sha: str,
-                 test_sha: str, training: str, source: str, paths: EvaluatePaths) -> CardInputs:
+                 test_sha: str, training: str, source: str, paths: EvaluatePaths,
+                 train_run: str | None) -> CardInputs:
     """What the model card says, from the evaluation, the source's manifest and the
     sim-to-real report (when ``paths.sim_to_real`` names a file that exists)."""
     table, point = evaluation.test.table, evaluation.point
@@ -128,7 +135,7 @@ def _card_inputs(evaluation: Evaluation, detector: object, confidence: float, mo
         source=str(source), truth=table.truth, decision=evaluation.test.decision,
         recording_ids=table.recording_id.astype(str), groups=table.group.astype(str),
         conditions=manifest_conditions(Path(source)), sim_to_real=report,
-        sim_to_real_path=str(paths.sim_to_real or ""))
+        sim_to_real_path=str(paths.sim_to_real or ""), train_run=train_run)
 
 
 def _train_split(paths: EvaluatePaths) -> dict[str, Path]:
