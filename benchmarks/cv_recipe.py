@@ -76,6 +76,12 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
                      {"train.monitor": "val/loss"}),
     "loss_lr": ("val-loss early stopping + a 4x lower learning rate",
                 {"train.monitor": "val/loss", "train.learning_rate": 0.0005}),
+    "tf_long": ("each segment a 0.25 s time-frequency patch (7 STFT frames of 512) instead of "
+                "one 62.5 ms frame: the convs average a stationary leak's spectrum over 7 frames "
+                "instead of voting on single noisy periodograms; batch 64 patches = the same "
+                "audio per step as 512 frames",
+                {"build.short_window": 2048, "build.short_hop": 2048, "build.hop_length": 256,
+                 "train.batch_size": 64}),
     "pretrain": ("synthetic pretraining on many other sites (--pretrain-sites), then "
                  "fine-tuning on the fold's sites: features learnt where no single site can be "
                  "memorised",
@@ -118,7 +124,8 @@ def render_scenario(folder: Path, seed: int | None) -> Path:
            "--out", str(folder)]
     if seed is not None:
         cmd += ["--seed", str(seed)]
-    subprocess.run(cmd, check=True, cwd=REPO)
+    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{folder.parent / 'mlflow.db'}"}
+    subprocess.run(cmd, check=True, cwd=REPO, env=env)   # its run in the scratch store
     return folder / "manifest.csv"
 
 
