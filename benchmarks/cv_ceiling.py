@@ -150,6 +150,16 @@ def run_seed(seed: int, args: argparse.Namespace, work: Path) -> dict[str, Any]:
     return result
 
 
+def big_curve(big: Path) -> dict[str, Any]:
+    """The big rendering's CNN: its val file F1 and loss per epoch, and the epoch it kept."""
+    with (big / "history.csv").open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    best = json.loads((big / "train.json").read_text())["best_epoch"]
+    return {"cnn_val_file_f1_per_epoch": [round(float(r["val/file_f1"]), 3) for r in rows],
+            "cnn_val_loss_per_epoch": [round(float(r["val/loss"]), 3) for r in rows],
+            "cnn_best_epoch": int(best) + 1}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", default="20250333",
@@ -170,6 +180,7 @@ def main(argv: list[str] | None = None) -> int:
         "seeds": {}}
     for seed in (int(s) for s in args.seeds.split(",")):
         report["seeds"][str(seed)] = run_seed(seed, args, work)
+        report["big"].update(big_curve(work / "big"))
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(report, indent=1, sort_keys=True) + "\n")
         for m, f in report["seeds"][str(seed)]["methods"].items():
