@@ -218,7 +218,8 @@ def test_stage_writes_outputs_and_logs_to_mlflow(project: Path,
     rows = _read_csv(project / "reports" / "predictions.csv")
     assert len(rows) == SPLIT_FILES["test"]
     assert list(rows[0]) == ["split", "recording_id", "clip", "group", "label", "leak",
-                             "leak_prob", "frac_long_over", "leak_decision", "top_class"]
+                             "leak_score", "leak_prob", "frac_long_over", "leak_decision",
+                             "top_class"]
     assert sum(r["leak_decision"] == "LEAK" for r in rows) == metrics["test/file_tp"] + \
         metrics["test/file_fp"]
     plots = project / "plots" / "eval"
@@ -228,6 +229,12 @@ def test_stage_writes_outputs_and_logs_to_mlflow(project: Path,
     assert len(json.loads((plots / "threshold.json").read_text())) == 97   # 0.02 .. 0.98
     # leak_prob calibrated on val: the detector holds the map, eval.json judges it on test
     assert saved.calibration.method == "platt"
+    # the table's leak_prob is predict's: the raw score through the detector's calibration
+    raw = np.array([float(r["leak_score"]) for r in rows])
+    assert np.allclose([float(r["leak_prob"]) for r in rows], saved.calibration.prob(raw),
+                       atol=1e-6)
+    assert all((float(r["leak_score"]) >= saved.threshold) == (r["leak_decision"] == "LEAK")
+               for r in rows if abs(float(r["leak_score"]) - saved.threshold) > 1e-6)
     assert metrics["eval/calibration_slope"] == pytest.approx(saved.calibration.slope)
     assert metrics["eval/prob_threshold"] == pytest.approx(saved.prob_threshold)
     for key in ("ece", "brier", "ece_uncalibrated", "brier_uncalibrated"):

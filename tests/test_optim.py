@@ -168,3 +168,23 @@ def test_clipping_off_measures_without_touching(cfg: TrainConfig) -> None:
     assert math.isfinite(norm.item()) and norm.item() > 1e-3
     for b, p in zip(before, model.parameters(), strict=True):
         assert torch.equal(b, p.grad)
+
+
+def test_a_step_the_grad_scaler_skips_does_not_advance_the_schedule(cfg: TrainConfig) -> None:
+    """An overflowed step (the GradScaler skips it and halves its scale) leaves the weights
+    and the learning-rate schedule where they were; the next good step moves both."""
+    cfg = dataclasses.replace(cfg, epochs=1, warmup_epochs=0.5)
+    model = _tiny()
+    optim = create_optimization(model, cfg, CPU, 4, scaler_enabled=True)
+    assert optim.scaler.is_enabled()
+    weights = [p.detach().clone() for p in model.parameters()]
+    scale, lr = optim.scaler.get_scale(), optim.lr
+    optim.backward(_big_loss(model) * math.inf)             # every gradient overflows
+    optim.step(model)
+    assert optim.scaler.get_scale() < scale                  # skipped
+    assert optim.scheduler.last_epoch == 0 and optim.lr == lr
+    assert all(torch.equal(w, p) for w, p in zip(weights, model.parameters(), strict=True))
+    optim.backward(_big_loss(model))
+    optim.step(model)
+    assert optim.scheduler.last_epoch == 1 and optim.lr != lr
+    assert not all(torch.equal(w, p) for w, p in zip(weights, model.parameters(), strict=True))

@@ -19,8 +19,9 @@
 ``evaluation_figures`` draws the same plots as matplotlib figures for MLflow.
 ``write_outputs`` writes the DVC outputs atomically: `metrics/eval.json` (metric names nested
 at their slashes, as train's: DVC shows ``test/file_f1`` as ``test.file_f1``), the plot files,
-the predictions CSV (its ``leak_prob`` is the rule's raw score, the scale of the threshold
-grid and of the ROC / PR thresholds) and the detector file carrying the chosen operating point
+the predictions CSV (its ``leak_score`` is the rule's raw score, the scale of the threshold
+grid and of the ROC / PR thresholds; its ``leak_prob`` the calibrated probability, as in
+predict's table) and the detector file carrying the chosen operating point
 and the calibration (what `leakpipe predict` uses), so the threshold that is reported is the
 one that is saved (a reported threshold that differs from the deployed one makes every
 reported figure wrong).
@@ -92,8 +93,10 @@ class SplitResult:
     frac_over: np.ndarray      # (F,) share of long segments at or above the threshold
     metrics: dict[str, float]
 
-    def rows(self) -> list[dict[str, Any]]:
-        return prediction_rows(self.name, self.table, self.file_score, self.frac_over,
+    def rows(self, calibration: Calibration) -> list[dict[str, Any]]:
+        """The predictions table's rows, ``leak_prob`` through ``calibration``."""
+        return prediction_rows(self.name, self.table, self.file_score,
+                               calibration.prob(self.file_score), self.frac_over,
                                self.decision, self.scores.class_probs.argmax(axis=1))
 
 
@@ -284,7 +287,7 @@ def write_outputs(evaluation: Evaluation, detector: Detector, *, metrics_path: P
     for key, records in data.items():
         write_json_atomic(plots_dir / PLOT_FILES[key], records)
     write_csv_atomic(plots_dir / RELIABILITY_FILE, _reliability(evaluation), RELIABILITY_COLUMNS)
-    write_csv_atomic(predictions_path, test.rows())
+    write_csv_atomic(predictions_path, test.rows(evaluation.calibration))
     save_detector(detector_path, detector)
 
 

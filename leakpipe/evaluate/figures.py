@@ -95,9 +95,15 @@ def class_metrics(split: str, level: str, labels: np.ndarray, pred: np.ndarray,
     return out
 
 
-def prediction_rows(split: str, table: FileTable, scores: np.ndarray, frac: np.ndarray,
-                    decision: np.ndarray, class_pred: np.ndarray) -> list[dict[str, Any]]:
+def prediction_rows(split: str, table: FileTable, scores: np.ndarray, probs: np.ndarray,
+                    frac: np.ndarray, decision: np.ndarray,
+                    class_pred: np.ndarray) -> list[dict[str, Any]]:
     """One row per clip: the recording, its truth and the decision with its evidence.
+
+    ``leak_score`` is the voting rule's raw score (the scale of the threshold and of the ROC /
+    PR plot files), ``leak_prob`` the same clip's calibrated probability (``probs``: what
+    `leakpipe predict` and the served model call ``leak_prob``), so one name means one thing
+    in every table leakpipe writes.
 
     Two answers that can disagree, named so that they do not read as a contradiction:
     ``leak_decision`` is the detector's (the voting rule's score against the threshold: what
@@ -108,7 +114,8 @@ def prediction_rows(split: str, table: FileTable, scores: np.ndarray, frac: np.n
     return [{"split": split, "recording_id": str(table.recording_id[i]),
              "clip": int(table.clip[i]), "group": str(table.group[i]),
              "label": names[table.label[i]], "leak": int(table.truth[i]),
-             "leak_prob": round(float(scores[i]), 6), "frac_long_over": round(float(frac[i]), 6),
+             "leak_score": round(float(scores[i]), 6), "leak_prob": round(float(probs[i]), 6),
+             "frac_long_over": round(float(frac[i]), 6),
              "leak_decision": DECISION_NAMES[int(decision[i])],
              "top_class": names[class_pred[i]]}
             for i in range(len(scores))]

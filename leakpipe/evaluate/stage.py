@@ -164,7 +164,7 @@ def _log_evaluation(run: Tracker, evaluation: Evaluation, paths: EvaluatePaths) 
     run.log_metrics({k: v for k, v in evaluation.metrics.items() if math.isfinite(v)})
     for name, figure in evaluation_figures(evaluation).items():
         run.log_figure(figure, f"{STAGE}/{name}.png")
-    rows = evaluation.test.rows()
+    rows = evaluation.test.rows(evaluation.calibration)
     run.log_table({key: [row[key] for row in rows] for key in rows[0]},
                   f"{STAGE}/predictions.json")
     run.log_artifact(paths.predictions, STAGE)

@@ -77,13 +77,20 @@ class Optimization:
         self.scaler.scale(loss / self.accum_steps).backward()
 
     def step(self, model: nn.Module) -> Tensor:
-        """Unscale, clip, step, advance the schedule; returns the pre-clip grad norm (device)."""
+        """Unscale, clip, step, advance the schedule; returns the pre-clip grad norm (device).
+
+        With loss scaling on, a step whose gradients overflowed is skipped by the GradScaler
+        (which then lowers its scale); the schedule advances only with steps that were taken,
+        so skipped steps do not eat into the warmup or the cosine decay.
+        """
         self.scaler.unscale_(self.optimizer)
         norm = nn.utils.clip_grad_norm_(model.parameters(), self.clip_norm)
+        scale = self.scaler.get_scale() if self.scaler.is_enabled() else None
         self.scaler.step(self.optimizer)
         self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
-        self.scheduler.step()
+        if scale is None or self.scaler.get_scale() >= scale:   # a lower scale: skipped
+            self.scheduler.step()
         return norm
 
     @property
