@@ -82,6 +82,10 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
                 "audio per step as 512 frames",
                 {"build.short_window": 2048, "build.short_hop": 2048, "build.hop_length": 256,
                  "train.batch_size": 64}),
+    "mix_all": ("every training segment power-summed with a non-leak segment of another file "
+                "at 0-10 dB below it: each example carries two sites' backgrounds, so a site's "
+                "own background stops identifying its label (virtual sites from the real ones)",
+                {"train.augment.mix_prob": 1.0, "train.augment.mix_snr_max_db": 10.0}),
     "pretrain": ("synthetic pretraining on many other sites (--pretrain-sites), then "
                  "fine-tuning on the fold's sites: features learnt where no single site can be "
                  "memorised",
