@@ -283,7 +283,9 @@ def test_segmentation_grid_runs_queued_experiments_two_at_a_time(
     finally:
         _run_any([dvc, "queue", "stop", "--kill"], project)    # no worker outlives the test
     report = json.loads((project / "reports/grid/grid.json").read_text())
-    assert report["peak_running"] == 2, out                      # two ran at once
+    # the study's own sample of `dvc queue status` (every 5 s, each call a DVC start-up: on a
+    # busy machine a short overlap can fall between two samples); the run times below decide
+    assert 1 <= report["peak_running"] <= 2, out
     with (project / "reports/grid/grid.csv").open(newline="") as handle:
         rows = {r["experiment"]: r for r in csv.DictReader(handle)}
     assert set(rows) == CELLS and all(r["status"] == "done" for r in rows.values()), rows
@@ -312,6 +314,10 @@ def test_segmentation_grid_runs_queued_experiments_two_at_a_time(
         assert mine and all(r.info.status == "FINISHED" for r in mine), name
         assert all(r.data.tags.get("mlflow.parentRunId") == study.info.run_id for r in mine)
         assert {r.data.tags["leakpipe.stage"] for r in mine} >= CELL_STAGES, name
+    spans = [(min(r.info.start_time for r in runs if r.data.tags.get("dvc.exp_name") == name),
+              max(r.info.end_time for r in runs if r.data.tags.get("dvc.exp_name") == name))
+             for name in CELLS]
+    assert min(end for _, end in spans) > max(start for start, _ in spans), spans  # at once
 
     again = _study(project, "--jobs", "2")          # the same commit: every cell is kept
     assert "2 cells kept from an earlier run" in again
