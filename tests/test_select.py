@@ -9,6 +9,7 @@ import pytest
 
 from leakpipe.config import load_section
 from leakpipe.constants import BINARY_CLASSES
+from leakpipe.decision.calibration import IDENTITY
 from leakpipe.decision.metrics import BinaryMetrics, binary_metrics
 from leakpipe.decision.select import OperatingPoint, choose, select_operating_point
 from leakpipe.decision.voting import RULES, threshold_grid
@@ -126,7 +127,7 @@ def test_stage_applies_each_rule(rule: str, threshold: float, vote: float, probs
     result = split_result("test", _table(labels), _scores(np.array([probs]), labels),
                           _point(rule, threshold, vote), cfg, 0.5, binary=True, bootstrap=False)
     assert result.decision.tolist() == [leak]
-    assert result.rows()[0]["leak_decision"] == ("LEAK" if leak else "NOLEAK")
+    assert result.rows(IDENTITY)[0]["leak_decision"] == ("LEAK" if leak else "NOLEAK")
     assert result.metrics["test/file_recall"] == float(leak)
 
 
@@ -137,5 +138,5 @@ def test_frac_long_over_counts_long_segments_at_the_threshold() -> None:
     result = split_result("test", _table(labels), _scores(probs, labels),
                           _point("long_vote", 0.5), cfg, 0.5, binary=True, bootstrap=False)
     assert result.frac_over.tolist() == [0.5, 0.0]
-    assert [r["frac_long_over"] for r in result.rows()] == [0.5, 0.0]
+    assert [r["frac_long_over"] for r in result.rows(IDENTITY)] == [0.5, 0.0]
     assert binary_metrics(labels, result.decision).f1[0] == 1.0
