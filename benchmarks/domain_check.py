@@ -1,12 +1,13 @@
 """Domain check on the workspace's detector: which recordings does it call ``shifted``?
 
-The detector is the workspace's `models/detector.pt`. One older than version 5 holds no domain
-reference; then one is built exactly as `evaluate` builds it (``leakpipe.evaluate.
-domain_reference.build_reference``: train.h5's recordings, threshold on val.h5) and a version 5
-copy is written under --work (never into models/). Each set's recordings are then checked as
-`leakpipe predict` checks them (``predict.prepare`` reads, resamples and computes features;
-``predict_rows.domain_fields`` gives the row's ``domain`` from the recording's band profile and
-its own Nyquist frequency), without scoring the network (the decision does not enter the check):
+The detector is the workspace's `models/detector.pt`. One older than version 6 holds no domain
+reference, or one without val's distances; then one is built exactly as `evaluate` builds it
+(``leakpipe.evaluate.domain_reference.build_reference``: train.h5's recordings, threshold on
+val.h5) and a version 6 copy is written under --work (never into models/). Each set's
+recordings are then checked as `leakpipe predict` checks them (``predict.prepare`` reads,
+resamples and computes features; ``predict_rows.domain_fields`` gives the row's ``domain``
+from the recording's band profile and its own Nyquist frequency), without scoring the network
+(the decision does not enter the check):
 
 - test_split: the default test split's recordings (data/raw files listed in test.h5), as
   predict reads them; test_split_h5: the same through evaluate's path (the HDF5 clips), the
@@ -19,9 +20,13 @@ its own Nyquist frequency), without scoring the network (the decision does not e
   skipped with a message when absent).
 
 Each set: n, shifted count and rate with a 95 % Wilson interval, the reasons' counts, the
-median distance and the median / 95th percentile of each part (shape, level; each over its
-training 99th percentile: where a set sits inside the reference). ``probes`` (skip with
---no-probes, about 2 min more): the two candidate third parts of ``domain_probes`` (the
+median distance, the median / 95th percentile of each part (shape, level; each over its
+training 99th percentile: where a set sits inside the reference) and the set check (``set``:
+the set's distances against val's by a one-sided rank test, ``decision.domain.set_check``).
+``site_sets``: how often the set check calls a set of whole test sites shifted (1, 3 and 10
+sites drawn at random, 300 draws each): recordings of one site are not independent, which the
+rank test assumes, so this is its false-alarm rate on sets shaped like a survey. ``probes``
+(skip with --no-probes, about 2 min more): the two candidate third parts of ``domain_probes`` (the
 network's penultimate-layer embedding, band switching), fitted on train.h5 with the threshold on
 val.h5, alone and joined with D (threshold re-set on val), their rates on test, field and
 real-dev. Writes benchmarks/results/domain.json.
@@ -36,6 +41,7 @@ import argparse
 import dataclasses
 import json
 import logging
+import re
 import time
 from collections import Counter
 from collections.abc import Iterable, Iterator
@@ -51,10 +57,13 @@ from leakpipe.audio.resampling import resample
 from leakpipe.data.input_norm import normalize_clips
 from leakpipe.data.reader import open_split
 from leakpipe.decision.domain import (
+    SET_ALPHA,
     SHIFTED,
+    DomainReference,
     band_profile,
     distances,
     scaled_parts,
+    set_check,
     wilson_interval,
 )
 from leakpipe.detector import Detector, load_detector, save_detector
@@ -71,9 +80,10 @@ log = logging.getLogger("domain_check")
 
 
 def versioned_detector(path: Path, data: Path, work: Path) -> tuple[Detector, str]:
-    """The detector with a domain reference, and where it came from."""
+    """The detector with a domain reference that keeps val's distances, and where it came
+    from."""
     detector = load_detector(path)
-    if detector.domain is not None:
+    if detector.domain is not None and detector.domain.val_distances.size:
         return detector, str(path)
     ref = build_reference(detector, {"train": data / "train.h5", "val": data / "val.h5"})
     out = work / "detector.pt"
@@ -114,7 +124,7 @@ def check_files(detector: Detector, paths: Iterable[Path], min_fraction: float,
     return rows
 
 
-def summary(rows: list[dict]) -> dict:
+def summary(rows: list[dict], ref: DomainReference) -> dict:
     shifted = [r for r in rows if r["domain"] == SHIFTED]
     k, n = len(shifted), len(rows)
     low, high = wilson_interval(k, n)
@@ -126,6 +136,7 @@ def summary(rows: list[dict]) -> dict:
         values = [r[part] for r in rows]
         out[part] = {"median": round(float(np.median(values)), 3),
                      "p95": round(float(np.percentile(values, 95)), 3)}
+    out["set"] = set_check(ref, np.array([r["domain_distance"] for r in rows])).to_dict()
     return out
 
 
@@ -152,8 +163,8 @@ def h5_rows(detector: Detector, path: Path, embed: bool | None) -> list[dict]:
     return rows
 
 
-def h5_summary(rows: list[dict]) -> dict:
-    out = summary(rows)
+def h5_summary(rows: list[dict], ref: DomainReference) -> dict:
+    out = summary(rows, ref)
     out.pop("reasons")
     return out
 
@@ -177,6 +188,29 @@ def probe_report(sets: dict[str, list[dict]]) -> dict:
                              "joint": probes.rate(joint[k] > joint_thr),
                              "median_part": round(float(np.median(v / alone.scale)), 3)}
                          for k, v in raw.items() if k != "train"}}
+    return out
+
+
+SITE = re.compile(r"site\d+")
+SITE_SET_SIZES = (1, 3, 10)
+SITE_SET_DRAWS = 300
+
+
+def site_sets(ref: DomainReference, rows: list[dict], seed: int = 0) -> dict:
+    """The set check's false alarms on sets of whole test sites (the rows' ids name the site)."""
+    d = np.array([r["domain_distance"] for r in rows])
+    site = np.array([SITE.search(r["path"]).group(0) for r in rows])   # type: ignore[union-attr]
+    sites = np.unique(site)
+    rng = np.random.default_rng(seed)
+    out = {}
+    for size in SITE_SET_SIZES:
+        p = np.array([set_check(ref, d[np.isin(site, rng.choice(sites, size, replace=False))])
+                      .p_value for _ in range(SITE_SET_DRAWS)])
+        out[f"{size}_sites"] = {"draws": SITE_SET_DRAWS, "share_p_below_0.01":
+                                round(float(np.mean(p < 0.01)), 3),
+                                f"share_p_below_{SET_ALPHA:g}":
+                                round(float(np.mean(p < SET_ALPHA)), 3),
+                                "median_p": round(float(np.median(p)), 3)}
     return out
 
 
@@ -214,8 +248,8 @@ def main() -> None:
     test_files = [raw / rid for rid in sorted(set(_ids(data / "test.h5")))]
     rows_of = {name: h5_rows(detector, data / f"{name}.h5", embed)
                for name in ("train", "val", "test")}
-    sets: dict[str, dict] = {"val_split_h5": h5_summary(rows_of["val"]),
-                             "test_split_h5": h5_summary(rows_of["test"])}
+    sets: dict[str, dict] = {"val_split_h5": h5_summary(rows_of["val"], ref),
+                             "test_split_h5": h5_summary(rows_of["test"], ref)}
     named = {
         "test_split": test_files,
         "field_pool": find_recordings([REPO / "data/field/pool"]),
@@ -231,7 +265,7 @@ def main() -> None:
         rows = check_files(detector, paths, args.min_clip_fraction,
                            embed if name in ("field_pool", "field_check", "real_dev") else None)
         rows_of[name] = rows
-        sets[name] = summary(rows)
+        sets[name] = summary(rows, ref)
         if name == "real_dev":
             sets[name]["recordings"] = {Path(r["path"]).name: f"{r['domain']} "
                                         f"{r['domain_distance']}: {r['domain_reason']}"
@@ -241,6 +275,7 @@ def main() -> None:
     probed = {k: v for k, v in rows_of.items() if v and "switching" in v[0]}
     doc = {"detector": source, "reference": ref.fitted_on, "threshold": ref.threshold,
            "uses_level": ref.uses_level, "sets": sets, "example_reasons": examples,
+           "site_sets": site_sets(ref, rows_of["test"]),
            "probes": probe_report(probed) if embed else "skipped (--no-probes)",
            "seconds": round(time.perf_counter() - start, 1),
            "note": "rates are shares of recordings called shifted; 95 % Wilson intervals"}

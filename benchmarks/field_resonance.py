@@ -16,9 +16,11 @@ ambient and the field machine alike (and, a simplification, the logger's hum and
 Each set (none / 8-15 dB / 12-20 dB) is scored with the workspace detector as `leakpipe adapt`
 scores its check set (``leakpipe.adapt.field``: predict's features, the detector's own rule and
 threshold): false-positive rate and sensitivity with 95 % Wilson intervals (recordings are the
-unit, 10 field sites), ROC-AUC, and the domain check's answer (shifted count, its interval, and
-the median / 95th percentile of the shape and level parts over their training 99th
-percentile). Run after `dvc repro` (it reads models/detector.pt and data/field/check):
+unit, 10 field sites), ROC-AUC, and the domain check's answer: per recording (shifted count,
+its interval, and the median / 95th percentile of the shape and level parts over their
+training 99th percentile) and for the set as a whole (``set``: its distances against val's by
+a one-sided rank test, ``leakpipe.decision.domain.set_check``). Run after `dvc repro` (it
+reads models/detector.pt and data/field/check):
 
     .venv/bin/python benchmarks/field_resonance.py   # -> benchmarks/results/field_resonance.json
 """
@@ -148,7 +150,8 @@ def figures(detector: Detector, field: FieldSet, budget: int) -> dict[str, objec
     return {"fpr": rate(int(called[neg].sum()), int(neg.sum())),
             "sensitivity": rate(int(called[pos].sum()), int(pos.sum())),
             "roc_auc": round(set_figures(field.truth, scores, detector.threshold)["roc_auc"], 3),
-            "shifted": rate(int(domain["shifted"]), n), **parts(detector, field)}
+            "shifted": rate(int(domain["shifted"]), n), "set": domain["set"],
+            **parts(detector, field)}
 
 
 def main() -> int:

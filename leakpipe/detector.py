@@ -11,7 +11,9 @@
   version 4, the calibration fitted on val (``leakpipe.decision.calibration``) that turns the
   rule's score into the reported ``leak_prob`` and, since version 5, the domain reference
   (``leakpipe.decision.domain``: the training recordings' band profiles and a distance
-  threshold set on val) that marks each predicted recording ``in`` or ``shifted``. It is the
+  threshold set on val) that marks each predicted recording ``in`` or ``shifted``; since
+  version 6 that reference also keeps the val recordings' distances, so that a set of
+  recordings can be checked as a whole (``set_check``). It is the
   one file that decides leaks: `leakpipe predict` and the MLflow logged model use it, so the
   threshold that is reported is the one that is deployed.
 
@@ -24,7 +26,8 @@ bytes as before it existed, and files without them load with that meaning. A det
 older than version 4 has no calibration: it loads as uncalibrated (the identity, so
 ``leak_prob`` is the rule's raw score, as when it was written), with a WARNING saying so. A
 detector file older than version 5 has no domain reference: predict reports ``domain`` as
-``unknown`` for every recording, with one WARNING at loading.
+``unknown`` for every recording, with one WARNING at loading. A version 5 reference has no
+val distances: the set check of a predict run is then ``unknown``.
 """
 
 from __future__ import annotations
@@ -60,8 +63,8 @@ from leakpipe.scoring.batching import BatchLimits
 NETWORK_FORMAT = "leakpipe.network"
 NETWORK_VERSION = 1
 DETECTOR_FORMAT = "leakpipe.detector"
-DETECTOR_VERSION = 5
-READABLE_VERSIONS = {NETWORK_FORMAT: (1,), DETECTOR_FORMAT: (1, 2, 3, 4, 5)}
+DETECTOR_VERSION = 6
+READABLE_VERSIONS = {NETWORK_FORMAT: (1,), DETECTOR_FORMAT: (1, 2, 3, 4, 5, 6)}
 UNCALIBRATED_FILE = "written before detector files held a calibration (version 4)"
 NO_DOMAIN_FILE = "written before detector files held a domain reference (version 5)"
 

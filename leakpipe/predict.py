@@ -49,7 +49,7 @@ from leakpipe.audio.io import AudioSource, open_audio, stream_clips
 from leakpipe.audio.resampling import resampled_length
 from leakpipe.config import load_section
 from leakpipe.constants import AUDIO_SUFFIXES, DECISION_NAMES
-from leakpipe.decision.domain import band_profile
+from leakpipe.decision.domain import SHIFTED, SetCheck, band_profile, set_check
 from leakpipe.detector import Detector, load_detector
 from leakpipe.errors import DataError
 from leakpipe.features.mel import clip_features
@@ -60,10 +60,13 @@ from leakpipe.predict_rows import (  # the rows and files, here too for the call
     OutputWriter,
     Prepared,
     completed_rows,
+    distances_of,
+    domain_path,
     error_row,
     result_row,
     start_outputs,
     timeline_path,
+    write_set_check,
 )
 from leakpipe.runtime import Runtime, make_runtime
 from leakpipe.scoring.batching import BatchLimits, array_batches, batch_segments
@@ -79,6 +82,7 @@ class PredictSummary:
     errors: int
     leaks: int
     seconds: float
+    domain_set: SetCheck          # the set domain check over every row in the output
 
 
 @dataclass(frozen=True)
@@ -201,18 +205,25 @@ def predict(paths: Sequence[Path], detector: Detector, out: Path, *, runtime: Ru
     done = {row["path"] for row in kept}
     todo = [p for p in find_recordings(paths) if str(p) not in done]
     start_outputs(out, kept, kept_timeline)
+    domain_path(out).unlink(missing_ok=True)    # written again once every row is in
     model = detector.inference_model().to(runtime.device)
     budget = batch_budget(detector, rules, runtime, max_batch_segments)
     counts = {"written": 0, "errors": 0, "leaks": 0}
+    summary_rows = [{k: row[k] for k in ("domain", "domain_distance")} for row in kept]
     with OutputWriter(out) as writer, \
             tqdm(total=len(todo), desc="predict", unit="rec", disable=not progress) as bar:
         for finished in score_recordings(todo, detector, model, runtime=runtime, budget=budget,
                                          min_fraction=rules.min_clip_fraction):
             writer.write(finished)
             _count(counts, finished)
+            summary_rows += [{k: row[k] for k in ("domain", "domain_distance")}
+                             for row in finished]
             bar.update(len(finished))
+    domain_set = set_check(detector.domain, np.asarray(distances_of(summary_rows)))
+    write_set_check(out, domain_set, summary_rows)
     return PredictSummary(written=counts["written"], skipped=len(done), errors=counts["errors"],
-                          leaks=counts["leaks"], seconds=time.perf_counter() - start)
+                          leaks=counts["leaks"], seconds=time.perf_counter() - start,
+                          domain_set=domain_set)
 
 
 def batch_budget(detector: Detector, rules: ScoringRules, runtime: Runtime,
@@ -330,4 +341,10 @@ def run_predict(paths: Sequence[Path], model: str, out: Path, params: Path, *,
           f"unreadable, {summary.skipped} kept from before) in {summary.seconds:.1f} s -> "
           f"{out}, timeline {timeline_path(out)} (rule {detector.voting.rule}, threshold "
           f"{detector.threshold:g})")
+    print(f"predict: {summary.domain_set.line()} -> {domain_path(out)}")
+    if summary.domain_set.domain == SHIFTED:
+        log.warning("predict: these recordings, taken together, are farther from the training "
+                    "recordings than new sites of the training network are (set domain check "
+                    "p = %.2g): expect less than the reported test figures; check the calls "
+                    "against labelled recordings of this network first", summary.domain_set.p_value)
     return 0

@@ -29,6 +29,7 @@ decisions never scrolls past hundreds of numbers.
 from __future__ import annotations
 
 import csv
+import json
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -39,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from leakpipe.constants import DECISION_NAMES
-from leakpipe.decision.domain import assess
+from leakpipe.decision.domain import SetCheck, assess
 from leakpipe.decision.voting import file_scores, long_segment_probs
 from leakpipe.detector import Detector
 from leakpipe.errors import DataError
@@ -137,6 +138,27 @@ def _rule_fields(detector: Detector) -> dict[str, Any]:
 
 
 # -- predict's two CSV files ---------------------------------------------------------------------
+
+def domain_path(out: Path) -> Path:
+    """Where the set domain check of the CSV ``out`` goes: ``predictions.csv`` ->
+    ``predictions_domain.json``, beside it."""
+    out = Path(out)
+    return out.with_name(f"{out.stem}_domain.json")
+
+
+def distances_of(rows: Sequence[dict[str, Any]]) -> list[float]:
+    """The ``domain_distance`` of every row that has one (blank: unknown or unreadable)."""
+    return [float(row["domain_distance"]) for row in rows
+            if row.get("domain_distance") not in ("", None)]
+
+
+def write_set_check(out: Path, check: SetCheck, rows: Sequence[dict[str, Any]]) -> None:
+    """The run's set domain check and its per-recording counts, as JSON beside ``out``."""
+    counts = Counter(str(row.get("domain") or "") for row in rows)
+    doc = {"set": check.to_dict(), "recordings": {
+        name: counts.get(name, 0) for name in ("in", "shifted", "unknown")}}
+    write_text_atomic(domain_path(out), json.dumps(doc, indent=1) + "\n")
+
 
 def timeline_path(out: Path) -> Path:
     """Where the timeline of the CSV ``out`` goes: ``predictions.csv`` ->

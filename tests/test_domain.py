@@ -1,9 +1,10 @@
-"""The domain check: pure statistics (``leakpipe.decision.domain``), the version 5 detector file
-and predict's ``domain`` columns on real tiny recordings."""
+"""The domain check: pure statistics (``leakpipe.decision.domain``), the set check, the version 6
+detector file and predict's ``domain`` columns and set check on real tiny recordings."""
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import re
 from pathlib import Path
@@ -125,8 +126,62 @@ def test_the_reference_round_trips_its_stored_form(reference: dm.DomainReference
     assert np.array_equal(dm.distances(back, p), dm.distances(reference, p))
     assert back.threshold == reference.threshold and back.fitted_on == reference.fitted_on
     assert len(reference.to_dict()["shape_axes"]) == dm.AXES * M
+    assert reference.val_distances.size == 300
+    assert np.array_equal(back.val_distances, reference.val_distances)
+    assert np.all(np.diff(back.val_distances) >= 0)
     with pytest.raises(ValueError, match="fields"):
         dm.DomainReference.from_dict({"band_median": []})
+    stored = reference.to_dict()
+    stored.pop("val_distances")                    # a version 5 reference: no set check
+    older = dm.DomainReference.from_dict(stored)
+    assert older.val_distances.size == 0 and older.threshold == reference.threshold
+    with pytest.raises(ValueError, match="val_distances"):
+        dm.DomainReference.from_dict({**reference.to_dict(), "val_distances": [1.0, "x"]})
+
+
+def _bumped(rng: np.random.Generator, n: int, db: float) -> np.ndarray:
+    """Profiles like ``_profiles`` with a stationary ``db`` bump over three middle bands (a
+    mount ringing: every recording of the set coloured the same way)."""
+    out = _profiles(rng, n)
+    out[:, M // 2 - 1: M // 2 + 2] += db
+    return out
+
+
+def test_a_set_moved_too_little_for_any_one_recording_is_shifted_as_a_set(
+        reference: dm.DomainReference) -> None:
+    bumped = _bumped(np.random.default_rng(11), 60, 1.5)
+    alone = dm.distances(reference, bumped) > reference.threshold
+    assert alone.mean() < 0.05                      # hardly any recording is flagged alone
+    whole = dm.set_check(reference, dm.distances(reference, bumped))
+    assert whole.domain == dm.SHIFTED and whole.p_value < dm.SET_ALPHA and whole.n == 60
+    assert whole.median > whole.val_median
+    assert whole.line().startswith("set domain check: shifted (median D ")
+
+
+def test_a_set_like_val_is_in(reference: dm.DomainReference) -> None:
+    same = _profiles(np.random.default_rng(12), 200)
+    whole = dm.set_check(reference, dm.distances(reference, same))
+    assert whole.domain == dm.IN and whole.p_value > 0.01
+    nearer = dm.set_check(reference, np.full(50, reference.val_distances.min()))
+    assert nearer.domain == dm.IN and nearer.p_value > 0.5    # one-sided: closer is no shift
+
+
+def test_one_recording_is_never_a_shifted_set(reference: dm.DomainReference) -> None:
+    far = dm.set_check(reference, np.array([100.0 * reference.threshold]))
+    assert far.domain == dm.IN                      # p >= 1 / 301 > SET_ALPHA
+    assert far.p_value == pytest.approx(1 / (reference.val_distances.size + 1), rel=1e-6)
+
+
+def test_the_set_check_is_unknown_without_what_it_needs(reference: dm.DomainReference) -> None:
+    assert dm.set_check(None, np.ones(5)).domain == dm.UNKNOWN
+    assert dm.set_check(reference, np.array([np.nan, np.nan])).domain == dm.UNKNOWN
+    bare = dataclasses.replace(reference, val_distances=np.zeros(0))
+    check = dm.set_check(bare, np.ones(5))
+    assert check.domain == dm.UNKNOWN and check.n == 5 and "keeps no val distances" in check.line()
+    with_nan = dm.set_check(reference, np.array([np.nan, *dm.distances(
+        reference, _bumped(np.random.default_rng(13), 60, 1.5))]))
+    assert with_nan.n == 60 and with_nan.domain == dm.SHIFTED
+    assert json.loads(json.dumps(check.to_dict()))["p_value"] is None
 
 
 # -- the detector file and predict ----------------------------------------------------------
@@ -166,12 +221,13 @@ def detectors(tmp_path: Path) -> tuple[Path, Path]:
     return new, old
 
 
-def test_a_version_5_detector_keeps_its_reference(detectors: tuple[Path, Path]) -> None:
+def test_a_version_6_detector_keeps_its_reference(detectors: tuple[Path, Path]) -> None:
     new, _ = detectors
     raw = torch.load(new, weights_only=True)
-    assert raw["version"] == DETECTOR_VERSION == 5 and raw["domain"] is not None
+    assert raw["version"] == DETECTOR_VERSION == 6 and raw["domain"] is not None
     ref = load_detector(new).domain
     assert ref is not None and ref.fitted_on.startswith("24 train recordings")
+    assert ref.val_distances.size == 12
 
 
 def test_predict_marks_each_recording_in_or_shifted_with_its_reason(
@@ -195,6 +251,10 @@ def test_predict_marks_each_recording_in_or_shifted_with_its_reason(
     assert re.match(r"level: -(39|40|41) dB vs training", rows["quiet.wav"]["domain_reason"])
     for row in rows.values():                  # a shifted recording keeps its decision
         assert row["decision"] in ("LEAK", "NOLEAK") and float(row["domain_distance"]) >= 0
+    written = json.loads((tmp_path / "out_domain.json").read_text())
+    assert written["recordings"] == {"in": 1, "shifted": 2, "unknown": 0}
+    assert written["set"]["n"] == 3 and written["set"]["domain"] == "in"   # 3 of 12 val: p > 0.001
+    assert 0.0 < written["set"]["p_value"] < 1.0
 
 
 def test_an_older_detector_reports_domain_unknown_and_says_so_once(
@@ -213,4 +273,24 @@ def test_an_older_detector_reports_domain_unknown_and_says_so_once(
     rows = read_predictions(out)
     assert {(r["domain"], r["domain_distance"], r["domain_reason"]) for r in rows.values()} \
         == {("unknown", "", "")}
-    assert capsys.readouterr().err.count(NO_DOMAIN_FILE) == 1        # the CLI logs to stderr
+    captured = capsys.readouterr()
+    assert captured.err.count(NO_DOMAIN_FILE) == 1                    # the CLI logs to stderr
+    assert "set domain check: unknown (no recording with a distance)" in captured.out
+    assert json.loads((tmp_path / "out_domain.json").read_text())["set"]["domain"] == "unknown"
+
+
+def test_a_shifted_set_is_said_on_the_command_line_and_in_the_json(
+        tmp_path: Path, detectors: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    rng = np.random.default_rng(3)
+    for i in range(8):                         # all 9 dB quieter: far from 12 val recordings
+        _noise(tmp_path / "new" / f"q{i}.wav", rng, -9.0)
+    out = tmp_path / "out.csv"
+    capsys.readouterr()
+    assert main(["predict", str(tmp_path / "new"), "--model", str(detectors[0]), "--out",
+                 str(out), "--no-progress", "--device", "cpu"]) == 0
+    captured = capsys.readouterr()
+    written = json.loads((tmp_path / "out_domain.json").read_text())
+    assert written["set"]["domain"] == "shifted" and written["set"]["n"] == 8
+    assert written["set"]["p_value"] < dm.SET_ALPHA
+    assert "set domain check: shifted" in captured.out
+    assert "taken together, are farther from the training recordings" in captured.err

@@ -21,7 +21,7 @@ import pytest
 
 from leakpipe import tracking
 from leakpipe.config import load_section
-from leakpipe.db_urls import with_driver
+from leakpipe.db_urls import redacted, with_driver
 from leakpipe.tune.dashboard import banner, pick_study
 from leakpipe.tune.driver import run_study
 from leakpipe.tune.study import TuneError, open_storage, open_study, resolve_storage
@@ -45,6 +45,15 @@ def test_postgres_urls_get_the_pinned_driver() -> None:
     assert with_driver("postgres://u@/x?host=/run") == "postgresql+psycopg://u@/x?host=/run"
     for url in ("postgresql+psycopg2://u@h/x", "sqlite:///a.db", "mysql://u@h/x", ""):
         assert with_driver(url) == url
+
+
+def test_urls_are_shown_without_their_credentials() -> None:
+    assert redacted("postgresql://u:pw@db:5432/x") == "postgresql://***@db:5432/x"
+    assert redacted("postgresql+psycopg://u:p@w/rd@db/x") == "postgresql+psycopg://***@db/x"
+    for url in ("sqlite:////tmp/a@b/mlflow.db", "http://host:5000", "/tmp/a@b/journal.log"):
+        assert redacted(url) == url
+    spec = resolve_storage(load_section(PARAMS, "tune"))
+    assert "***" not in spec.display                  # the default journal: a path, as it is
 
 
 @pytest.mark.slow

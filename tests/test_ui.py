@@ -111,6 +111,17 @@ def test_remote_tracking_starts_nothing(monkeypatch: pytest.MonkeyPatch,
     assert "http://mlflow.example:5000" in capsys.readouterr().out
 
 
+def test_a_tracking_password_is_never_printed(monkeypatch: pytest.MonkeyPatch,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "https://ml:s3cr@t@mlflow.example:5000")
+    monkeypatch.setattr(subprocess, "call", lambda *a, **k: pytest.fail("server started"))
+    assert main(["ui"]) == 0
+    out = capsys.readouterr().out
+    assert "https://***@mlflow.example:5000" in out and "s3cr" not in out
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "postgresql://ml:s3cr@db.example:5432/mlflow")
+    assert tracking.shown_tracking_uri() == "postgresql+psycopg://***@db.example:5432/mlflow"
+
+
 @pytest.mark.slow
 def test_ui_lists_the_runs_of_a_pipeline_and_stops_on_sigterm(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -25,7 +25,7 @@ from tqdm import tqdm
 from leakpipe.audio.clips import AudioError
 from leakpipe.constants import LEAK_CLASS
 from leakpipe.data.manifest import discover
-from leakpipe.decision.domain import SHIFTED, assess, band_profile
+from leakpipe.decision.domain import SHIFTED, assess, band_profile, set_check
 from leakpipe.decision.voting import file_scores, long_segment_probs
 from leakpipe.detector import Detector, Network
 from leakpipe.errors import DataError
@@ -156,6 +156,8 @@ def domain_summary(detector: Detector, field: FieldSet) -> dict[str, Any]:
     checks = {key: assess(detector.domain, band_profile(mel), centers)
               for key, mel in zip(field.keys, field.mel, strict=True)}
     counts = Counter(check.domain for check in checks.values())
+    whole = set_check(detector.domain, np.array([c.distance for c in checks.values()]))
     return {**{name: counts.get(name, 0) for name in ("in", SHIFTED, "unknown")},
+            "set": whole.to_dict(),
             "shifted_recordings": {key: f"{c.distance:.3f}: {c.reason}"
                                    for key, c in checks.items() if c.domain == SHIFTED}}

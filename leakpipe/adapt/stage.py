@@ -184,8 +184,11 @@ def _field_domain(seed: Detector, pool: FieldSet, check: FieldSet | None) -> dic
     if check is not None:
         out["check"] = domain_summary(seed, check)
     for name, summary in out.items():
+        whole = summary["set"]
         log.info("adapt: %s recordings by the seed's domain check: %d in, %d shifted, %d "
-                 "unknown", name, summary["in"], summary["shifted"], summary["unknown"])
+                 "unknown; as a set: %s (rank test p = %s)", name, summary["in"],
+                 summary["shifted"], summary["unknown"], whole["domain"],
+                 "n/a" if whole["p_value"] is None else f"{whole['p_value']:.2g}")
     return out
 
 

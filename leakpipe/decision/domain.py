@@ -1,4 +1,4 @@
-"""Domain check: is a recording like the ones the detector was trained on? Pure numpy.
+"""Domain check: is a recording like the ones the detector was trained on? Pure numpy and scipy.
 
 A detector trained on one network answers every recording with the same confidence, also one
 from a sensor, a logger or a site it never heard. This module describes the training
@@ -46,21 +46,38 @@ resolvable; the threshold is then capped at that maximum (``fit_threshold`` says
   training range: another gain, another sensor sensitivity);
 - ``shape``: otherwise (another pipe, sensor response, or noise the training never had).
 
+**Set check.** Recordings of one network share its sensors, mounts and loggers, so a shift too
+small to put one recording past the threshold moves all of them the same way. ``set_check``
+compares the D of a set of recordings (a predict run, adapt's field pool) with the val
+recordings' D kept in the reference (``val_distances``): a one-sided Mann-Whitney rank test
+(are the set's distances larger?), ``shifted`` when its p-value is below ``SET_ALPHA``
+(0.001). Val's sites are ones the reference never saw, as a new network's are, so the test asks
+whether the set is farther from training than new sites of the training network are. Recordings
+of one site are not independent, which a rank test assumes: on the default data, sets of 1, 3
+or 10 whole test sites reached p < 0.01 in 2-3 % of draws and p < 0.001 in none of 300
+(benchmarks/domain_check.py). A single recording can never reach ``SET_ALPHA`` against 252 val
+recordings (its smallest p-value is 1 / 253), so the set check speaks only for sets.
+
 Known blind spot: the synthetic field set (a machine switching a one-octave band on and off
 near every sensor) is not flagged, and two candidate third parts measured for it do not flag it
 either (``benchmarks/domain_probes.py``, docs/evaluation.md#domain-check): its time-averaged
 bump lies within the training sites' own spectral variety, its switching within the training
 recordings' (water draws, demand wander), and the network's penultimate-layer embedding sits
-among the training recordings' (the seed detector's false-alarm rate there is val's).
+among the training recordings' (the seed detector's false-alarm rate there is val's); the set
+check does not flag it either. A sensor mount ringing in the leak band (benchmarks/
+field_resonance.py) makes a no-leak recording look like a leak recording, which training has:
+the detector's false-alarm rate triples and no single recording is flagged, but the set check
+flags the set.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
+from scipy.stats import mannwhitneyu
 
 AXES = 4                  # principal axes of the training shapes kept in the reference
 TARGET_QUANTILE = 0.99    # share of val recordings at or below the threshold (about 1 % over)
@@ -69,6 +86,7 @@ EMPTY_DB = 30.0           # a top band this far below the training shape counts 
 MAD_TO_SD = 1.4826        # median absolute deviation -> standard deviation of a normal
 MIN_VARIANCE = 0.25       # dB^2 floor of a band's residual variance (about 0.5 dB)
 MIN_LEVEL_SD = 0.5        # dB floor of the level's robust standard deviation
+SET_ALPHA = 1e-3          # p-value under which a set of recordings is shifted (``set_check``)
 IN, SHIFTED, UNKNOWN = "in", "shifted", "unknown"
 BAND, LEVEL, SHAPE = "band", "level", "shape"
 _ARRAYS = ("band_median", "shape_mean", "shape_axes", "axis_var", "resid_var")
@@ -95,28 +113,40 @@ class DomainReference:
     threshold: float = math.inf   # on D, set on val (inf: not set)
     quantile: float = TARGET_QUANTILE
     fitted_on: str = ""       # "504 train recordings; threshold on 252 val recordings"
+    val_distances: np.ndarray = field(default_factory=lambda: np.zeros(0))  # (V,) sorted D
+    #                           of the val recordings (the set check); empty: not kept
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {k: [float(v) for v in np.ravel(getattr(self, k))]
                                for k in _ARRAYS}
         out.update({k: float(getattr(self, k)) for k in _SCALARS})
         out.update(uses_level=bool(self.uses_level), fitted_on=str(self.fitted_on),
-                   axes=int(self.shape_axes.shape[0]))
+                   axes=int(self.shape_axes.shape[0]),
+                   val_distances=[float(v) for v in self.val_distances])
         return out
 
     @classmethod
     def from_dict(cls, raw: Any) -> DomainReference:
-        """The stored form; ``ValueError`` naming what is wrong."""
-        expected = {*_ARRAYS, *_SCALARS, "uses_level", "fitted_on", "axes"}
-        if not isinstance(raw, dict) or set(raw) != expected:
+        """The stored form; ``ValueError`` naming what is wrong. ``val_distances`` may be
+        absent (a reference stored before the set check: no set check then)."""
+        expected = {*_ARRAYS, *_SCALARS, "uses_level", "fitted_on", "axes", "val_distances"}
+        if not isinstance(raw, dict) or not set(raw) <= expected \
+                or set(raw) < expected - {"val_distances"}:
             raise ValueError(f"fields must be {sorted(expected)}")
         arrays = {k: np.asarray(raw[k], dtype=np.float64) for k in _ARRAYS}
         m = arrays["band_median"].size
         arrays["shape_axes"] = arrays["shape_axes"].reshape(int(raw["axes"]), m)
         if any(arrays[k].size != m for k in ("shape_mean", "resid_var")):
             raise ValueError(f"band arrays must all have {m} values")
+        try:
+            val = np.sort(np.asarray(raw.get("val_distances", []), dtype=np.float64))
+        except (TypeError, ValueError):
+            val = np.full(1, np.nan)
+        if val.ndim != 1 or not np.all(np.isfinite(val)):
+            raise ValueError("val_distances must be a list of finite numbers")
         return cls(**arrays, **{k: float(raw[k]) for k in _SCALARS},
-                   uses_level=bool(raw["uses_level"]), fitted_on=str(raw["fitted_on"]))
+                   uses_level=bool(raw["uses_level"]), fitted_on=str(raw["fitted_on"]),
+                   val_distances=val)
 
 
 @dataclass(frozen=True)
@@ -227,7 +257,7 @@ def fit_threshold(ref: DomainReference, val_profiles: np.ndarray,
         raise ValueError("no val recordings to set the domain threshold on")
     rank = threshold_rank(d.size, quantile)
     capped = " (capped at the val maximum: under 100 recordings)" if rank == d.size else ""
-    return replace(ref, threshold=float(d[rank - 1]), quantile=quantile,
+    return replace(ref, threshold=float(d[rank - 1]), quantile=quantile, val_distances=d,
                     fitted_on=f"{ref.fitted_on}; threshold on {d.size} val recordings"
                               f"{capped}")
 
@@ -268,6 +298,52 @@ def _reason(ref: DomainReference, p: np.ndarray, centers_hz: np.ndarray,
         return (f"{LEVEL}: {db:+.0f} dB vs training "
                 f"{ref.level_low:+.0f}..{ref.level_high:+.0f}")
     return f"{SHAPE}: {shape_d / ref.shape_scale:.1f}x training spread"
+
+
+@dataclass(frozen=True)
+class SetCheck:
+    """A set of recordings against val: ``in`` / ``shifted`` / ``unknown`` and the numbers."""
+
+    domain: str
+    n: int                    # recordings with a distance in the set
+    median: float             # their median D (NaN for none)
+    val_median: float         # the val recordings' median D (NaN: not kept)
+    p_value: float            # one-sided Mann-Whitney: the set's D larger than val's (NaN: none)
+
+    def line(self) -> str:
+        """One plain sentence for logs and summaries."""
+        if self.domain == UNKNOWN:
+            return (f"set domain check: unknown ({self.n} recordings with a distance; the "
+                    "detector keeps no val distances)" if self.n else
+                    "set domain check: unknown (no recording with a distance)")
+        return (f"set domain check: {self.domain} (median D {self.median:.3f} over {self.n} "
+                f"recordings vs val {self.val_median:.3f}; rank test p = {self.p_value:.2g}, "
+                f"shifted below {SET_ALPHA:g})")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"domain": self.domain, "n": self.n, "median_distance": _finite(self.median),
+                "val_median_distance": _finite(self.val_median),
+                "p_value": _finite(self.p_value), "alpha": SET_ALPHA}
+
+
+def _finite(value: float) -> float | None:
+    return float(value) if math.isfinite(value) else None
+
+
+def set_check(ref: DomainReference | None, set_distances: np.ndarray,
+              alpha: float = SET_ALPHA) -> SetCheck:
+    """Are the recordings with D ``set_distances`` (NaN = unknown, dropped), taken together,
+    farther from the training recordings than the val recordings are? One-sided Mann-Whitney U
+    test of the set's D against the reference's ``val_distances``; ``unknown`` without a
+    reference, without val distances or without a recording."""
+    d = np.asarray(set_distances, dtype=np.float64).ravel()
+    d = d[np.isfinite(d)]
+    median = float(np.median(d)) if d.size else math.nan
+    if ref is None or ref.val_distances.size == 0 or d.size == 0:
+        return SetCheck(UNKNOWN, int(d.size), median, math.nan, math.nan)
+    p = float(mannwhitneyu(d, ref.val_distances, alternative="greater").pvalue)
+    return SetCheck(SHIFTED if p < alpha else IN, int(d.size), median,
+                    float(np.median(ref.val_distances)), p)
 
 
 def wilson_interval(k: int, n: int, z: float = 1.959964) -> tuple[float, float]:

@@ -11,7 +11,9 @@ new-site recordings than it says). Evaluate depends on ``data/processed/train.h5
 The test split is only reported: its flagged share with a 95 % Wilson interval over its
 recordings (``domain/test_shifted_rate``, ``_ci_low``, ``_ci_high``); the default test split
 holds sites the reference never saw, so a rate well above 1 % says the sites differ more than
-val's do.
+val's do. The set check of the test recordings against val's (``domain/test_set_p_value``, a
+one-sided rank test; ``domain/test_set_shifted`` 1 when it is below ``SET_ALPHA``) says the
+same of the split as a whole: on a test split drawn like val it should be 0.
 """
 
 from __future__ import annotations
@@ -24,12 +26,14 @@ import numpy as np
 
 from leakpipe.data.reader import open_split
 from leakpipe.decision.domain import (
+    SHIFTED,
     DomainReference,
     band_profile,
     distances,
     fit_reference,
     fit_threshold,
     recording_profiles,
+    set_check,
     wilson_interval,
 )
 from leakpipe.detector import Network
@@ -60,15 +64,19 @@ def domain_figures(ref: DomainReference, paths: Mapping[str, Path]) -> dict[str,
     """Threshold, val exceedance and test flagged share (with a 95 % Wilson interval)."""
     out = {"domain/threshold": ref.threshold}
     for name in ("val", "test"):
-        shifted = distances(ref, split_profiles(paths[name])) > ref.threshold   # (R,)
+        d = distances(ref, split_profiles(paths[name]))                     # (R,)
+        shifted = d > ref.threshold
         k, n = int(shifted.sum()), int(shifted.size)
         low, high = wilson_interval(k, n)
         out.update({f"domain/{name}_shifted_rate": k / n, f"domain/{name}_shifted_rate_ci_low":
                     low, f"domain/{name}_shifted_rate_ci_high": high,
                     f"domain/{name}_recordings": float(n)})
+    test_set = set_check(ref, d)
+    out.update({"domain/test_set_p_value": test_set.p_value,
+                "domain/test_set_shifted": float(test_set.domain == SHIFTED)})
     log.info("domain check: threshold %.3f (%s); val %.1f %% shifted, test %.1f %% "
-             "(%.1f-%.1f %%)", ref.threshold, ref.fitted_on,
+             "(%.1f-%.1f %%); test split as a set: %s", ref.threshold, ref.fitted_on,
              100 * out["domain/val_shifted_rate"], 100 * out["domain/test_shifted_rate"],
              100 * out["domain/test_shifted_rate_ci_low"],
-             100 * out["domain/test_shifted_rate_ci_high"])
+             100 * out["domain/test_shifted_rate_ci_high"], test_set.line())
     return out

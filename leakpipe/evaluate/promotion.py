@@ -150,8 +150,9 @@ def run_promote(paths: PromotePaths, params: Path, *, dry_run: bool = False,
     candidate = tracking.alias_version(name, ALIAS_CANDIDATE)
     if candidate is None:
         raise tracking.RegistryError(
-            f"{name}: no version has the alias {ALIAS_CANDIDATE} in {tracking.tracking_uri()}; "
-            "run `leakpipe evaluate` (or `dvc repro evaluate`) first")
+            f"{name}: no version has the alias {ALIAS_CANDIDATE} in "
+            f"{tracking.shown_tracking_uri()}; run `leakpipe evaluate` (or `dvc repro evaluate`) "
+            "first")
     champion = tracking.alias_version(name, ALIAS_CHAMPION)
     print(cards_text(candidate, champion))
     if champion is not None and champion.version == candidate.version:

@@ -46,7 +46,7 @@ def missing_alias(model: str) -> str | None:
     name, alias = found["name"], found["alias"]
     if tracking.alias_version(name, alias) is not None:
         return None
-    store = tracking.tracking_uri()
+    store = tracking.shown_tracking_uri()
     if tracking.alias_version(name, tracking.ALIAS_CANDIDATE) is None:
         return (f"{model}: no version of {name} has the alias {alias} in {store}, nor the "
                 f"alias {tracking.ALIAS_CANDIDATE}: run `dvc repro evaluate` (or `make run`) "

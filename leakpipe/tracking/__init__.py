@@ -77,6 +77,7 @@ from leakpipe.tracking.runs import (
     run_tag,
     run_tags,
     scratch_dir,
+    shown_tracking_uri,
     start_run,
     tracking_uri,
 )
@@ -138,5 +139,6 @@ __all__ = [
     "set_version_tags",
     "split_digests",
     "start_run",
+    "shown_tracking_uri",
     "tracking_uri",
 ]

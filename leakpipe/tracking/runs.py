@@ -17,7 +17,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from leakpipe.db_urls import with_driver
+from leakpipe.db_urls import redacted, with_driver
 from leakpipe.errors import LeakpipeError
 from leakpipe.paths import repo_root
 from leakpipe.tracking.names import (
@@ -46,6 +46,11 @@ def tracking_uri(root: Path | None = None) -> str:
         return with_driver(env)
     root = root or repo_root()
     return f"sqlite:///{root / 'mlruns' / 'mlflow.db'}"
+
+
+def shown_tracking_uri() -> str:
+    """``tracking_uri()`` as logs and messages may show it: without a password."""
+    return redacted(tracking_uri())
 
 
 def artifact_root(root: Path | None = None) -> Path:
@@ -259,7 +264,8 @@ def _existing_run(run_id: str | None) -> str | None:
     try:
         return MlflowClient().get_run(run_id).info.run_id
     except MlflowException:
-        log.info("mlflow run %s is not in %s; starting a new run", run_id, tracking_uri())
+        log.info("mlflow run %s is not in %s; starting a new run", run_id,
+                 shown_tracking_uri())
         return None
 
 

@@ -19,6 +19,7 @@ import sys
 import time
 from collections.abc import Mapping
 
+from leakpipe.db_urls import redacted
 from leakpipe.tracking.guard import guarded
 from leakpipe.tracking.names import DEFAULT_EXPERIMENT, UI_MODE_QUERY
 from leakpipe.tracking.runs import artifact_root, tracking_uri
@@ -39,10 +40,11 @@ def run_ui(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> int:
     """
     uri = tracking_uri()
     if not uri.startswith(LOCAL_SCHEMES):
-        print(f"ui: tracking goes to {uri}; open it in a browser (nothing to start here)")
+        print(f"ui: tracking goes to {redacted(uri)}; open it in a browser (nothing to start "
+              "here)")
         return 0
     command = server_command(uri, host, port)
-    log.info("MLflow UI for %s on http://%s:%d (Ctrl-C stops it)", uri, host, port)
+    log.info("MLflow UI for %s on http://%s:%d (Ctrl-C stops it)", redacted(uri), host, port)
     print(f"ui: the pipeline's runs: {runs_page(uri, host, port)}", flush=True)
     return serve(command, ui_environment(os.environ))
 

@@ -37,7 +37,7 @@ from optuna.storages.journal import JournalFileBackend
 
 from leakpipe.config import DecisionConfig, ModelConfig, TrainConfig, TuneConfig
 from leakpipe.config.training import without_added_defaults
-from leakpipe.db_urls import with_driver
+from leakpipe.db_urls import redacted, with_driver
 from leakpipe.errors import LeakpipeError
 from leakpipe.files import file_sha256
 from leakpipe.paths import repo_root
@@ -70,10 +70,7 @@ class StorageSpec:
     @property
     def display(self) -> str:
         """The location without a password (for logs and MLflow tags)."""
-        if self.kind == JOURNAL or "@" not in self.location:
-            return self.location
-        scheme, _, rest = self.location.partition("://")
-        return f"{scheme}://***@{rest.rsplit('@', 1)[1]}"
+        return self.location if self.kind == JOURNAL else redacted(self.location)
 
 
 def resolve_direction(cfg: TuneConfig) -> str:
