@@ -225,6 +225,12 @@ def _limits(card: CardInputs) -> str:
             "- Loudness depends on sensor, gain and coupling: a detector that weighs level "
             "(`model.level_input`, input normalisation) carries that into another sensor's "
             "recordings.\n"
+            "- A sensor mount or fitting that rings in the leak band makes a recording without "
+            "a leak look like one with a leak, which the training recordings hold: in the "
+            "project's benchmark (`benchmarks/field_resonance.py`) such a resonance raised the "
+            "default detector's false-alarm rate about fourfold while no single recording was "
+            "marked `shifted`. Check a network's recordings as a set: predict writes the set "
+            "domain check beside its CSV (`<out stem>_domain.json`).\n"
             "- Sites, not clips, are the independent units: the intervals resample recordings, "
             "and with few sites per condition a per-condition figure can move a lot.")
 
