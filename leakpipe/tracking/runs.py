@@ -166,7 +166,7 @@ def start_run(stage: str, *, tags: Mapping[str, str] | None = None,
     run = mlflow.start_run(run_id=_existing_run(resume_run_id), experiment_id=experiment_id,
                            run_name=label, nested=nested, parent_run_id=parent_run_id,
                            tags=all_tags, log_system_metrics=system_metrics)
-    log.info("mlflow run %s (%s) in %s", run.info.run_id, stage, uri)
+    log.info("mlflow run %s (%s) in %s", run.info.run_id, stage, redacted(uri))
     status = "FAILED"  # stays so for any exception that leaves the block
     try:
         yield MlflowTracker(run.info.run_id, label, run_description(stage, all_tags))
