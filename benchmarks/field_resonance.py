@@ -19,7 +19,8 @@ threshold): false-positive rate and sensitivity with 95 % Wilson intervals (reco
 unit, 10 field sites), ROC-AUC, and the domain check's answer: per recording (shifted count,
 its interval, and the median / 95th percentile of the shape and level parts over their
 training 99th percentile) and for the set as a whole (``set``: its distances against val's by
-a one-sided rank test, ``leakpipe.decision.domain.set_check``). Run after `dvc repro` (it
+a one-sided rank test, ``leakpipe.decision.domain.set_check``; ``site_sets``: the same on each
+site's 7 recordings alone). Run after `dvc repro` (it
 reads models/detector.pt and data/field/check):
 
     .venv/bin/python benchmarks/field_resonance.py   # -> benchmarks/results/field_resonance.json
@@ -53,7 +54,14 @@ from leakpipe.adapt.rounds import set_figures  # noqa: E402
 from leakpipe.audio.spectral import resonance  # noqa: E402
 from leakpipe.config import load_section  # noqa: E402
 from leakpipe.constants import MANIFEST_NAME  # noqa: E402
-from leakpipe.decision.domain import band_profile, scaled_parts, wilson_interval  # noqa: E402
+from leakpipe.decision.domain import (  # noqa: E402
+    SHIFTED,
+    band_profile,
+    distances,
+    scaled_parts,
+    set_check,
+    wilson_interval,
+)
 from leakpipe.detector import Detector, load_detector  # noqa: E402
 from leakpipe.predict import ScoringRules, batch_budget  # noqa: E402
 from leakpipe.runtime import make_runtime  # noqa: E402
@@ -139,7 +147,19 @@ def parts(detector: Detector, field: FieldSet) -> dict[str, dict[str, float]]:
             for name, v in (("shape_part", shape), ("level_part", level))}
 
 
-def figures(detector: Detector, field: FieldSet, budget: int) -> dict[str, object]:
+def site_sets(detector: Detector, field: FieldSet, sites: dict[str, int]) -> dict[str, object]:
+    """The set check on each site's recordings alone (a survey of one logger position)."""
+    assert detector.domain is not None
+    d = distances(detector.domain, np.stack([band_profile(mel) for mel in field.mel]))
+    site = np.array([sites[key] for key in field.keys])
+    checks = [set_check(detector.domain, d[site == s]) for s in np.unique(site)]
+    return {"shifted": rate(sum(c.domain == SHIFTED for c in checks), len(checks)),
+            "recordings_per_site": sorted({c.n for c in checks}),
+            "p_values": [float(f"{c.p_value:.3g}") for c in checks]}
+
+
+def figures(detector: Detector, field: FieldSet, budget: int,
+            sites: dict[str, int]) -> dict[str, object]:
     """What the detector and its domain check make of one labelled set."""
     assert field.truth is not None
     scores = score_detector(detector, field, make_runtime("cpu", "off"), budget).scores
@@ -151,7 +171,7 @@ def figures(detector: Detector, field: FieldSet, budget: int) -> dict[str, objec
             "sensitivity": rate(int(called[pos].sum()), int(pos.sum())),
             "roc_auc": round(set_figures(field.truth, scores, detector.threshold)["roc_auc"], 3),
             "shifted": rate(int(domain["shifted"]), n), "set": domain["set"],
-            **parts(detector, field)}
+            "site_sets": site_sets(detector, field, sites), **parts(detector, field)}
 
 
 def main() -> int:
@@ -182,7 +202,7 @@ def main() -> int:
                               rung_copies(items, sites, seed, peak_db, Path(tmp) / name))
             field = load_field([(k, p) for k, p, _ in copies], detector, min_fraction,
                                labels=[y for *_, y in copies], desc=name)
-            sets[name] = {**figures(detector, field, budget),
+            sets[name] = {**figures(detector, field, budget, sites),
                           "mounts": {f"site{s}": {k: round(v, 2) for k, v in asdict(m).items()}
                                      for s, m in sorted(mounts.items())}}
             print(name, json.dumps({k: v for k, v in sets[name].items() if k != "mounts"}),
