@@ -12,7 +12,9 @@ like the training recordings (``domain``, ``domain_distance``, ``domain_reason``
 long-segment probabilities over time (a timeline, in time order with each segment's clip). A
 recording that cannot be read gets a row with its reason in ``notes``. The rows, and the two
 CSV files they go to (one short line per recording; the timeline beside it, one line per long
-segment), are made in ``leakpipe.predict_rows``.
+segment), are made in ``leakpipe.predict_rows``. Once every row is in, the set domain check
+of all of them (``decision.domain.set_check``: are they, taken together, farther from the
+training recordings than val's new sites are?) goes to a JSON beside the CSV.
 
 ``run_predict`` is what `leakpipe predict` calls: the runtime, the detector (a file or an
 MLflow model URI), its scoring rules, ``predict``, one summary line. ``score_recordings`` gives

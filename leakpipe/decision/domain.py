@@ -54,9 +54,10 @@ recordings' D kept in the reference (``val_distances``): a one-sided Mann-Whitne
 (0.001). Val's sites are ones the reference never saw, as a new network's are, so the test asks
 whether the set is farther from training than new sites of the training network are. Recordings
 of one site are not independent, which a rank test assumes: on the default data, sets of 1, 3
-or 10 whole test sites reached p < 0.01 in 2-3 % of draws and p < 0.001 in none of 300
-(benchmarks/domain_check.py). A single recording can never reach ``SET_ALPHA`` against 252 val
-recordings (its smallest p-value is 1 / 253), so the set check speaks only for sets.
+or 10 whole test sites reached p < 0.001 in 0, 3 and 0 of 300 draws each, p < 0.01 in 4 %, 4 %
+and 0.7 % (benchmarks/domain_check.py, ``site_sets``). A single recording can never reach
+``SET_ALPHA`` against 252 val recordings (its smallest p-value is 1 / 253), so the set check
+speaks only for sets.
 
 Known blind spot: the synthetic field set (a machine switching a one-octave band on and off
 near every sensor) is not flagged, and two candidate third parts measured for it do not flag it
