@@ -175,7 +175,7 @@ def probe_report(sets: dict[str, list[dict]]) -> dict:
     out: dict = {}
     for name in ("embedding", "switching"):
         train = np.stack([r[name] for r in sets["train"]])
-        part = (probes.lowrank_distance(train) if name == "embedding"
+        part = (probes.lowrank_part(train) if name == "embedding"
                 else probes.switching_part(train))
         raw = {k: part(np.stack([r[name] for r in rows])) for k, rows in sets.items()}
         alone = probes.fit_probe(name, raw["train"], raw["val"])

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from leakpipe.decision.domain import threshold_rank, wilson_interval
+from leakpipe.decision.domain import fit_lowrank, lowrank_distance, threshold_rank, wilson_interval
 
 AXES = 4                  # principal axes of the training embeddings (as the shape part)
 SCALE_QUANTILE = 99.0     # training percentile that scales a part to 1 (as the shipped parts)
@@ -98,24 +98,12 @@ def embedding_features(model: torch.nn.Module, mel: np.ndarray) -> np.ndarray:
     return (torch.stack(seen).sum(0) / len(x)).numpy()
 
 
-def lowrank_distance(train: np.ndarray, axes: int = AXES):  # noqa: ANN201 (a closure)
-    """A distance (R, H) -> (R,) fitted on (R0, H) training rows: low-rank Mahalanobis (the
-    shape part's form), RMS per dimension."""
-    mean = train.mean(axis=0)
-    values, vectors = np.linalg.eigh(np.cov((train - mean).T))
-    top = np.argsort(values)[::-1][:axes]
-    a_axes = vectors[:, top].T
-    floor = MIN_VARIANCE * float(values.max())
-    var = np.maximum(values[top], floor)
-    off = (train - mean) - ((train - mean) @ a_axes.T) @ a_axes
-    resid = np.maximum(np.mean(off**2, axis=0), floor)
-
-    def distance(rows: np.ndarray) -> np.ndarray:
-        d = rows - mean
-        a = d @ a_axes.T
-        e = d - a @ a_axes
-        return np.sqrt((np.sum(a**2 / var, axis=1) + np.sum(e**2 / resid, axis=1)) / d.shape[1])
-    return distance
+def lowrank_part(train: np.ndarray, axes: int = AXES):  # noqa: ANN201 (a closure)
+    """A distance (R, H) -> (R,) fitted on (R0, H) training rows: the shape part's low-rank
+    Mahalanobis (``decision.domain.fit_lowrank``), its variance floor relative to the largest
+    eigenvalue (embeddings have no dB scale)."""
+    model = fit_lowrank(train, axes, MIN_VARIANCE, relative=True)
+    return lambda rows: lowrank_distance(model, rows)
 
 
 def switching_part(train: np.ndarray):  # noqa: ANN201 (a closure)

@@ -114,6 +114,23 @@ def test_the_threshold_leaves_about_one_percent_of_val_above_it(n: int, exceed: 
     assert ("capped" in ref.fitted_on) is (n < 100)
 
 
+def test_the_low_rank_model_finds_the_strong_axis_and_floors_the_rest() -> None:
+    rng = np.random.default_rng(4)
+    axis = np.zeros(6)
+    axis[:3] = 1 / np.sqrt(3)
+    rows = rng.normal(0, 10.0, (500, 1)) * axis + rng.normal(0, 0.01, (500, 6))
+    model = dm.fit_lowrank(rows, 1, 0.25)
+    assert abs(float(model.axes[0] @ axis)) == pytest.approx(1.0, abs=1e-3)
+    assert model.axes[0].sum() > 0                          # the fixed sign
+    assert model.axis_var[0] == pytest.approx(100.0, rel=0.15)
+    assert np.all(model.resid_var == 0.25)                  # 1e-4 floored to 0.25
+    relative = dm.fit_lowrank(rows, 1, 1e-3, relative=True)
+    assert np.allclose(relative.resid_var, 1e-3 * relative.axis_var[0])
+    along, across = 10.0 * axis, np.r_[1.0, -1.0, 0, 0, 0, 0]
+    d = dm.lowrank_distance(model, np.stack([along, across]))
+    assert d[0] < 0.5 < 1.0 < d[1]               # far off the axis, near along it
+
+
 def test_wilson_interval_matches_the_closed_form() -> None:
     assert dm.wilson_interval(0, 10) == pytest.approx((0.0, 0.2775), abs=1e-4)
     assert dm.wilson_interval(5, 10) == pytest.approx((0.2366, 0.7634), abs=1e-4)

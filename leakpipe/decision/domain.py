@@ -185,13 +185,45 @@ def _level_and_shape(band_median: np.ndarray, profiles: np.ndarray,
     return level, profiles - band_median - level[:, None]
 
 
+@dataclass(frozen=True)
+class LowRank:
+    """A low-rank Gaussian (probabilistic PCA) of (R, K) rows: their mean, the leading principal
+    axes with their variances and the per-dimension variance left off those axes."""
+
+    mean: np.ndarray          # (K,)
+    axes: np.ndarray          # (A, K) unit principal axes, each with a fixed sign
+    axis_var: np.ndarray      # (A,) variance along each axis
+    resid_var: np.ndarray     # (K,) variance off the axes
+
+
+def fit_lowrank(rows: np.ndarray, axes: int, floor: float, *,
+                relative: bool = False) -> LowRank:
+    """The low-rank Gaussian of (R, K) ``rows`` with ``axes`` axes; every variance at least
+    ``floor`` (times the largest eigenvalue when ``relative``: rows of no natural unit)."""
+    mean = rows.mean(axis=0)
+    values, vectors = np.linalg.eigh(np.cov((rows - mean).T))     # ascending
+    top = np.argsort(values)[::-1][:axes]
+    axes_ = vectors[:, top].T                                      # (A, K)
+    axes_ *= np.where(axes_.sum(axis=1, keepdims=True) < 0, -1.0, 1.0)   # a fixed sign
+    off = (rows - mean) - ((rows - mean) @ axes_.T) @ axes_
+    least = floor * float(values.max()) if relative else floor
+    return LowRank(mean=mean, axes=axes_, axis_var=np.maximum(values[top], least),
+                   resid_var=np.maximum(np.mean(off**2, axis=0), least))
+
+
+def lowrank_distance(model: LowRank, rows: np.ndarray) -> np.ndarray:
+    """(R, K) rows -> (R,) Mahalanobis distance under ``model``, RMS per dimension."""
+    d = rows - model.mean                                          # (R, K)
+    a = d @ model.axes.T                                           # (R, A)
+    e = d - a @ model.axes                                         # (R, K)
+    d2 = np.sum(a**2 / model.axis_var, axis=1) + np.sum(e**2 / model.resid_var, axis=1)
+    return np.sqrt(d2 / rows.shape[1])
+
+
 def _shape_distance(ref: DomainReference, shape: np.ndarray) -> np.ndarray:
     """(R, M) shapes -> (R,) low-rank Mahalanobis distance, RMS per band."""
-    d = shape - ref.shape_mean                                     # (R, M)
-    a = d @ ref.shape_axes.T                                       # (R, AXES)
-    e = d - a @ ref.shape_axes                                     # (R, M)
-    d2 = np.sum(a**2 / ref.axis_var, axis=1) + np.sum(e**2 / ref.resid_var, axis=1)
-    return np.sqrt(d2 / shape.shape[1])
+    return lowrank_distance(LowRank(ref.shape_mean, ref.shape_axes, ref.axis_var,
+                                    ref.resid_var), shape)
 
 
 def fit_reference(profiles: np.ndarray, *, uses_level: bool = True, axes: int = AXES,
@@ -203,18 +235,12 @@ def fit_reference(profiles: np.ndarray, *, uses_level: bool = True, axes: int = 
                          f"got shape {p.shape}")
     band_median = np.median(p, axis=0)
     level, shape = _level_and_shape(band_median, p)
-    mean = shape.mean(axis=0)
-    values, vectors = np.linalg.eigh(np.cov((shape - mean).T))    # ascending
-    top = np.argsort(values)[::-1][:axes]
-    axes_ = vectors[:, top].T                                      # (AXES, M)
-    axes_ *= np.where(axes_.sum(axis=1, keepdims=True) < 0, -1.0, 1.0)   # a fixed sign
-    off = (shape - mean) - ((shape - mean) @ axes_.T) @ axes_
+    model = fit_lowrank(shape, axes, MIN_VARIANCE)
     level_median = float(np.median(level))
     level_sd = max(MAD_TO_SD * float(np.median(np.abs(level - level_median))), MIN_LEVEL_SD)
     ref = DomainReference(
-        band_median=band_median, shape_mean=mean, shape_axes=axes_,
-        axis_var=np.maximum(values[top], MIN_VARIANCE),
-        resid_var=np.maximum(np.mean(off**2, axis=0), MIN_VARIANCE),
+        band_median=band_median, shape_mean=model.mean, shape_axes=model.axes,
+        axis_var=model.axis_var, resid_var=model.resid_var,
         level_median=level_median, level_sd=level_sd,
         level_low=float(np.percentile(level, 0.5)), level_high=float(np.percentile(level, 99.5)),
         shape_scale=1.0, level_scale=1.0, uses_level=uses_level)
