@@ -311,3 +311,20 @@ def test_a_shifted_set_is_said_on_the_command_line_and_in_the_json(
     assert written["set"]["p_value"] < dm.SET_ALPHA
     assert "set domain check: shifted" in captured.out
     assert "taken together, are farther from the training recordings" in captured.err
+
+
+def test_the_set_check_covers_the_rows_a_resume_keeps(tmp_path: Path,
+                                                     detectors: tuple[Path, Path]) -> None:
+    rng = np.random.default_rng(5)
+    for i in range(2):
+        _noise(tmp_path / "new" / f"a{i}.wav", rng, 0.0)
+    out = tmp_path / "out.csv"
+    args = ["predict", str(tmp_path / "new"), "--model", str(detectors[0]), "--out", str(out),
+            "--no-progress", "--device", "cpu"]
+    assert main(args) == 0
+    first = json.loads((tmp_path / "out_domain.json").read_text())
+    _noise(tmp_path / "new" / "b.wav", rng, 0.0)
+    assert main([*args, "--resume"]) == 0
+    again = json.loads((tmp_path / "out_domain.json").read_text())
+    assert first["set"]["n"] == 2 and again["set"]["n"] == 3
+    assert sum(again["recordings"].values()) == 3
