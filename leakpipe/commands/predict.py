@@ -18,7 +18,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="detector file, or an MLflow URI such as models:/<name>/<version> "
                              "(default: models/detector.pt, written by evaluate)")
     parser.add_argument("--out", type=Path, default=Path("predictions.csv"),
-                        help="CSV with one row per recording (default: predictions.csv)")
+                        help="CSV with one row per recording (default: predictions.csv); "
+                             "<stem>_timeline.csv (one row per long segment) and "
+                             "<stem>_domain.json (the recordings' domain check as a set) go "
+                             "beside it")
     parser.add_argument("--resume", action="store_true",
                         help="keep the rows already in --out and skip their recordings")
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
