@@ -24,6 +24,10 @@ site's 7 recordings alone). Run after `dvc repro` (it
 reads models/detector.pt and data/field/check):
 
     .venv/bin/python benchmarks/field_resonance.py   # -> benchmarks/results/field_resonance.json
+
+``--write-field DIR --peak mount_8_15_db`` instead writes a rung copy of the whole field set
+(pool/, check/ with its manifest, pool_truth.csv) into DIR and stops, so that `leakpipe adapt`
+can be run on it (point ``adapt.source`` / ``check`` / ``pool_truth`` of a params copy there).
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import shutil
 import sys
 import tempfile
 import time
@@ -130,6 +135,27 @@ def rung_copies(items: list[tuple[str, Path, int]], sites: dict[str, int], seed:
     return copies, mounts
 
 
+def write_field(field_dir: Path, out: Path, seed: int, peak_db: tuple[float, float]) -> int:
+    """A rung copy of the field stage's whole output (every WAV through its site's mount, the
+    CSVs as they are) in ``out``, which must not exist yet; returns the recordings written."""
+    if out.exists():
+        raise SystemExit(f"{out}: exists; name a new folder")
+    wavs = sorted(field_dir.rglob("*.wav"))
+    sites = {w: int(w.name.split("_")[0].removeprefix("site")) for w in wavs}
+    tmp = out.with_name(f".{out.name}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    for rel in ("pool_truth.csv", f"check/{MANIFEST_NAME}"):
+        (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(field_dir / rel, tmp / rel)
+    by_site: dict[int, list[tuple[str, Path, int]]] = {}
+    for wav in wavs:
+        by_site.setdefault(sites[wav], []).append((str(wav.relative_to(field_dir)), wav, 0))
+    for site, items in by_site.items():
+        rung_copies(items, {key: site for key, _, _ in items}, seed, peak_db, tmp)
+    tmp.rename(out)
+    return len(wavs)
+
+
 def rate(k: int, n: int) -> dict[str, object]:
     low, high = wilson_interval(k, n)
     return {"k": k, "n": n, "rate": round(k / n, 3) if n else None,
@@ -183,8 +209,17 @@ def main() -> int:
                         help="the field stage's output (its check/ set is read)")
     parser.add_argument("--out", type=Path,
                         default=REPO / "benchmarks" / "results" / "field_resonance.json")
+    parser.add_argument("--write-field", type=Path, metavar="DIR",
+                        help="write a rung copy of the whole field set here and stop")
+    parser.add_argument("--peak", choices=[k for k, v in PEAK_DB.items() if v],
+                        default="mount_8_15_db", help="the mounts' peak range for --write-field")
     args = parser.parse_args()
     start = time.perf_counter()
+    if args.write_field is not None:
+        n = write_field(args.field, args.write_field, load_section(args.params, "field").seed,
+                        PEAK_DB[args.peak])
+        print(f"{n} recordings through their site's mount ({args.peak}) -> {args.write_field}")
+        return 0
     detector = load_detector(args.model)
     if detector.domain is None:
         sys.exit(f"{args.model}: the detector holds no domain reference; re-run evaluate")
