@@ -183,6 +183,13 @@ def test_a_set_like_val_is_in(reference: dm.DomainReference) -> None:
     assert nearer.domain == dm.IN and nearer.p_value > 0.5    # one-sided: closer is no shift
 
 
+def test_a_set_check_says_the_alpha_it_used(reference: dm.DomainReference) -> None:
+    d = dm.distances(reference, _bumped(np.random.default_rng(14), 20, 1.0))
+    strict, lax = dm.set_check(reference, d, alpha=1e-12), dm.set_check(reference, d, alpha=0.5)
+    assert strict.p_value == lax.p_value and strict.domain == dm.IN and lax.domain == dm.SHIFTED
+    assert strict.to_dict()["alpha"] == 1e-12 and "shifted below 0.5)" in lax.line()
+
+
 def test_one_recording_is_never_a_shifted_set(reference: dm.DomainReference) -> None:
     far = dm.set_check(reference, np.array([100.0 * reference.threshold]))
     assert far.domain == dm.IN                      # p >= 1 / 301 > SET_ALPHA

@@ -106,7 +106,7 @@ def test_the_card_file_has_the_same_bytes_whatever_the_run(tmp_path: Path) -> No
         card = _inputs(train_run=run_id, sim_to_real=report, sim_to_real_path=path)
         write_text_atomic(tmp_path / f"{name}.md", model_card(card))
         written[name] = (tmp_path / f"{name}.md").read_bytes()
-        description = registry_description(card)
+        description = registry_description(model_card(card), card.train_run)
         assert description.startswith(model_card(card))
         assert f"MLflow train run of this network: `{run_id}`" in description
     assert written["first"] == written["second"]
@@ -118,7 +118,8 @@ def test_the_card_file_has_the_same_bytes_whatever_the_run(tmp_path: Path) -> No
                   "Real recordings", "Known limits"):
         assert f"\n## {title}" in text
     assert "- Source: `data/raw` (params.yaml `build.source`); trained on the train split." in text
-    assert registry_description(_inputs()) == model_card(_inputs())   # no train run: the card
+    bare = _inputs()
+    assert registry_description(model_card(bare), bare.train_run) == model_card(bare)  # the card
 
 
 def test_the_limits_name_the_models_band() -> None:

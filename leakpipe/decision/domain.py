@@ -336,6 +336,7 @@ class SetCheck:
     median: float             # their median D (NaN for none)
     val_median: float         # the val recordings' median D (NaN: not kept)
     p_value: float            # one-sided Mann-Whitney: the set's D larger than val's (NaN: none)
+    alpha: float = SET_ALPHA  # shifted when p_value is below it
 
     def line(self) -> str:
         """One plain sentence for logs and summaries."""
@@ -345,12 +346,12 @@ class SetCheck:
                     "set domain check: unknown (no recording with a distance)")
         return (f"set domain check: {self.domain} (median D {self.median:.3f} over {self.n} "
                 f"recordings vs val {self.val_median:.3f}; rank test p = {self.p_value:.2g}, "
-                f"shifted below {SET_ALPHA:g})")
+                f"shifted below {self.alpha:g})")
 
     def to_dict(self) -> dict[str, Any]:
         return {"domain": self.domain, "n": self.n, "median_distance": _finite(self.median),
                 "val_median_distance": _finite(self.val_median),
-                "p_value": _finite(self.p_value), "alpha": SET_ALPHA}
+                "p_value": _finite(self.p_value), "alpha": self.alpha}
 
 
 def _finite(value: float) -> float | None:
@@ -367,10 +368,10 @@ def set_check(ref: DomainReference | None, set_distances: np.ndarray,
     d = d[np.isfinite(d)]
     median = float(np.median(d)) if d.size else math.nan
     if ref is None or ref.val_distances.size == 0 or d.size == 0:
-        return SetCheck(UNKNOWN, int(d.size), median, math.nan, math.nan)
+        return SetCheck(UNKNOWN, int(d.size), median, math.nan, math.nan, alpha)
     p = float(mannwhitneyu(d, ref.val_distances, alternative="greater").pvalue)
     return SetCheck(SHIFTED if p < alpha else IN, int(d.size), median,
-                    float(np.median(ref.val_distances)), p)
+                    float(np.median(ref.val_distances)), p, alpha)
 
 
 def wilson_interval(k: int, n: int, z: float = 1.959964) -> tuple[float, float]:

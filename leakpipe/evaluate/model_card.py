@@ -84,15 +84,14 @@ def model_card(card: CardInputs) -> str:
     return "\n\n".join(p.rstrip() for p in parts) + "\n"
 
 
-def registry_description(card: CardInputs) -> str:
-    """The registered version's description: the card, then the run that trained the network.
-    A registry version is one run's record, so its run ids belong there and not in the file;
-    without a known train run it is the card alone."""
-    text = model_card(card)
-    if not card.train_run:
-        return text
-    return (text + "\n## Provenance (registry only)\n\n"
-            f"- MLflow train run of this network: `{card.train_run}` (kept out of "
+def registry_description(card_text: str, train_run: str | None) -> str:
+    """The registered version's description: the card's text (``model_card``), then the run
+    that trained the network. A registry version is one run's record, so its run ids belong
+    there and not in the file; without a known train run it is the card alone."""
+    if not train_run:
+        return card_text
+    return (card_text + "\n## Provenance (registry only)\n\n"
+            f"- MLflow train run of this network: `{train_run}` (kept out of "
             "reports/model_card.md, whose bytes depend on the data and code alone).\n")
 
 

@@ -105,13 +105,15 @@ def run_evaluate(paths: EvaluatePaths, params: Path, *, progress: bool = True) -
         card = _card_inputs(evaluation, detector, cfg.confidence, sha, trust.sha256["test"],
                             training_text(data), load_section(params, "build").source, paths,
                             train_run)
+        card_text = model_card(card)
         if paths.model_card is not None:
-            write_text_atomic(paths.model_card, model_card(card))
+            write_text_atomic(paths.model_card, card_text)
         detector_uri = _log_evaluation(run, evaluation, paths)
         if cfg.registered_model and detector_uri is not None:
             _register(run, evaluation, detector_uri, cfg.registered_model,
                       {tracking.TAG_TEST_SHA256: trust.sha256["test"],
-                       tracking.TAG_MODEL_SHA256: sha}, registry_description(card))
+                       tracking.TAG_MODEL_SHA256: sha},
+                      registry_description(card_text, card.train_run))
     print(summary_line(evaluation, paths.metrics))
     return 0
 
