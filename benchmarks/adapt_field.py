@@ -53,25 +53,19 @@ from leakpipe.audio.clips import plan_clips  # noqa: E402
 from leakpipe.audio.field import CHECK_DIR, plan, render_config, render_field_recording  # noqa: E402
 from leakpipe.config import load_section  # noqa: E402
 from leakpipe.constants import LEAK_CLASS  # noqa: E402
+from leakpipe.decision.domain import wilson_interval  # noqa: E402
 from leakpipe.detector import load_detector  # noqa: E402
 from leakpipe.predict import ScoringRules, batch_budget  # noqa: E402
 from leakpipe.runtime import make_runtime  # noqa: E402
 
-Z95 = 1.959964
 SNR_BINS = ((0.0, 5.0), (5.0, 10.0), (10.0, 15.01))
 
 
-def wilson(k: int, n: int) -> list[float]:
-    if n == 0:
-        return [math.nan, math.nan]
-    p, z2 = k / n, Z95 ** 2
-    centre = (p + z2 / (2 * n)) / (1 + z2 / n)
-    half = Z95 * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / (1 + z2 / n)
-    return [round(centre - half, 3), round(centre + half, 3)]
-
-
 def rate(k: int, n: int) -> dict[str, object]:
-    return {"k": k, "n": n, "rate": round(k / n, 3) if n else None, "ci95": wilson(k, n)}
+    """k of n with its 95 % Wilson interval (leakpipe's ``wilson_interval``), rounded."""
+    low, high = wilson_interval(k, n)
+    return {"k": k, "n": n, "rate": round(k / n, 3) if n else None,
+            "ci95": [round(low, 3), round(high, 3)]}
 
 
 def render_clean_check(params: Path, folder: Path) -> list[tuple[str, Path, int]]:

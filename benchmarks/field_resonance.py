@@ -44,6 +44,7 @@ from pathlib import Path
 
 import numpy as np
 import soundfile as sf
+from adapt_field import rate  # the sibling module (run as a script): k of n with its interval
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -65,7 +66,6 @@ from leakpipe.decision.domain import (  # noqa: E402
     distances,
     scaled_parts,
     set_check,
-    wilson_interval,
 )
 from leakpipe.detector import Detector, load_detector  # noqa: E402
 from leakpipe.predict import ScoringRules, batch_budget  # noqa: E402
@@ -154,12 +154,6 @@ def write_field(field_dir: Path, out: Path, seed: int, peak_db: tuple[float, flo
         rung_copies(items, {key: site for key, _, _ in items}, seed, peak_db, tmp)
     tmp.rename(out)
     return len(wavs)
-
-
-def rate(k: int, n: int) -> dict[str, object]:
-    low, high = wilson_interval(k, n)
-    return {"k": k, "n": n, "rate": round(k / n, 3) if n else None,
-            "ci95": [round(low, 3), round(high, 3)]}
 
 
 def parts(detector: Detector, field: FieldSet) -> dict[str, dict[str, float]]:
