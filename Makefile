@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test install lint lock bench clean
+.PHONY: run test test-kernels install lint lock bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +29,16 @@ TEST_WORKERS ?= 2
 test: $(STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile \
 	  --durations=15
+
+# The suite on other float kernels than this CPU's fastest, as another CPU model would pick:
+# torch's oldest kernel set, OpenBLAS's generic x86-64 ones, MKL and oneDNN held to SSE4,
+# KERNEL_THREADS threads (`make test-kernels KERNEL_THREADS=2`: other reduction orders).
+KERNEL_THREADS ?= 1
+KERNEL_ENV := ATEN_CPU_CAPABILITY=default OPENBLAS_CORETYPE=Prescott \
+  MKL_ENABLE_INSTRUCTIONS=SSE4_2 ONEDNN_MAX_CPU_ISA=SSE41 OMP_NUM_THREADS=$(KERNEL_THREADS)
+test-kernels: $(STAMP)
+	$(KERNEL_ENV) PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -q -n $(TEST_WORKERS) \
+	  --dist loadfile --durations=15
 
 lint: $(STAMP)
 	$(BIN)/ruff check leakpipe stages tests benchmarks

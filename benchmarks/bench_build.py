@@ -152,7 +152,7 @@ def child(kind: str, path: Path, params: Path, limits: dict[str, float]) -> dict
         from leakpipe.build import _Job, process_recording
 
         job = _Job(cfg.features, cfg.clips_per_recording, cfg.min_clip_fraction, False,
-                   cfg.quality)
+                   cfg.quality, cfg.stats)
         imports = _rss_mib()
         start = time.perf_counter()
         result = process_recording(job, 0, path)

@@ -36,13 +36,20 @@ from tqdm import tqdm
 
 from leakpipe import tracking
 from leakpipe.audio.quality import Issue, SignalStats, find_issues, truncation
-from leakpipe.config import BuildConfig, FeatureConfig, QualityConfig, load_section
+from leakpipe.config import (
+    BuildConfig,
+    FeatureConfig,
+    QualityConfig,
+    RecordingStatsConfig,
+    load_section,
+)
 from leakpipe.constants import ALL_CLIPS, LEAK_CLASS, SPLITS
 from leakpipe.data.manifest import Recording, discover
 from leakpipe.data.splits import assign_splits
-from leakpipe.data.writer import SplitWriter
+from leakpipe.data.writer import SplitWriter, StatsColumns
 from leakpipe.errors import DataError
 from leakpipe.features.pool import ordered_map
+from leakpipe.features.recording_stats import StatsAccumulator, stat_names
 from leakpipe.files import file_sha256, os_problem, write_json_atomic
 
 log = logging.getLogger(__name__)
@@ -57,6 +64,8 @@ class RecordingResult:
     waveform: np.ndarray | None = None   # (clips, clip_samples)
     error: str | None = None
     issues: tuple[Issue, ...] = ()       # failed signal checks (leakpipe.audio.quality)
+    stats: np.ndarray | None = None      # (S,) whole-recording statistics
+    rate: int = 0                        # the recording's own sample rate, Hz
 
 
 @dataclass
@@ -109,6 +118,7 @@ class _Job:
     min_fraction: float
     store_waveform: bool
     quality: QualityConfig
+    stats: RecordingStatsConfig
     dtype: str = "float32"  # the mel's storage type (build.dtype): cast here, half the bytes sent
 
 
@@ -116,9 +126,10 @@ def process_recording(job: _Job, index: int, path: Path) -> RecordingResult:
     """Load, check, clip, segment and log-mel one recording; errors become a reason string.
 
     The recording is decoded once, block by block: each block goes through the signal checks
-    and gives up the frames of the clips that lie in it, so memory does not grow with its
-    length. The order of the verdicts is that of a whole-file read: unreadable or non-finite
-    audio first, then the checks in ``build.quality.reject``, then too short for a clip.
+    and the whole-recording statistics (at the recording's own rate) and gives up the frames of
+    the clips that lie in it, so memory does not grow with its length. The order of the
+    verdicts is that of a whole-file read: unreadable or non-finite audio first, then the
+    checks in ``build.quality.reject``, then too short for a clip.
     """
     from leakpipe.audio.clips import AudioError, plan_clips
     from leakpipe.audio.io import open_audio, read_clips
@@ -127,9 +138,15 @@ def process_recording(job: _Job, index: int, path: Path) -> RecordingResult:
     try:
         source = open_audio(path)
         signal = SignalStats(source.channels, source.subtype)
+        levels = StatsAccumulator(job.stats, source.sample_rate)
         plan = plan_clips(source.frames, source.sample_rate, job.features, job.n_clips,
                           job.min_fraction)
-        clips = read_clips(source, plan, signal.add)  # (clips, clip_samples)
+
+        def on_block(block: np.ndarray) -> None:
+            signal.add(block)
+            levels.add(block)
+
+        clips = read_clips(source, plan, on_block)  # (clips, clip_samples)
         issues = (*find_issues(signal.stats(), job.quality, source.subtype),
                   *truncation(source.frames, source.claimed_frames))
         rejected = [i.reason for i in issues if i.check in job.quality.reject]
@@ -144,7 +161,7 @@ def process_recording(job: _Job, index: int, path: Path) -> RecordingResult:
         return RecordingResult(index, error=f"{path}: {os_problem(path, exc)}")
     mel = clip_features(clips, job.features).astype(job.dtype, copy=False)
     return RecordingResult(index, mel=mel, waveform=clips if job.store_waveform else None,
-                           issues=issues)
+                           issues=issues, stats=levels.values(), rate=source.sample_rate)
 
 
 def _run_one(args: tuple[_Job, int, Path]) -> RecordingResult:
@@ -204,7 +221,7 @@ def build(cfg: BuildConfig, source: Path, out_dir: Path, progress: bool = True) 
     start = time.perf_counter()
     features = cfg.features
     report = BuildReport(class_names=(), features=features.to_dict())
-    found = discover(source, cfg.group_by)
+    found = discover(source, cfg.group_by, cfg.duplicates)
     try:
         recordings, class_names = select_classes(found, cfg.classes, report)
     except DataError as exc:  # about the source as a whole: name it, as file errors name theirs
@@ -216,7 +233,8 @@ def build(cfg: BuildConfig, source: Path, out_dir: Path, progress: bool = True) 
     report.workers = workers
     n_clips = None if cfg.clips_per_recording == ALL_CLIPS else cfg.clips_per_recording
     job = _Job(features, n_clips, cfg.min_clip_fraction, cfg.store_waveform, cfg.quality,
-               cfg.dtype)
+               cfg.stats, cfg.dtype)
+    columns = stats_columns(cfg.stats)
     label_of = {name: i for i, name in enumerate(class_names)}
     counts = {s: Counter() for s in SPLITS}
     log.info("build: %d recordings, classes %s, %d workers", len(recordings),
@@ -225,7 +243,8 @@ def build(cfg: BuildConfig, source: Path, out_dir: Path, progress: bool = True) 
         stack.enter_context(threadpool_limits(1, user_api="blas"))  # see one_blas_thread
         writers = [stack.enter_context(SplitWriter(
             out_dir / f"{split}.h5", split, features, class_names, dtype=cfg.dtype,
-            chunk_mb=cfg.chunk_mb, store_waveform=cfg.store_waveform)) for split in SPLITS]
+            chunk_mb=cfg.chunk_mb, store_waveform=cfg.store_waveform, stats=columns))
+            for split in SPLITS]
         results = iter_results(job, recordings, workers)
         for result in tqdm(results, total=len(recordings), desc="build", unit="rec",
                            disable=not progress):
@@ -240,7 +259,7 @@ def build(cfg: BuildConfig, source: Path, out_dir: Path, progress: bool = True) 
                                        "reason": "; ".join(i.reason for i in result.issues)})
             split = int(split_of[result.index])
             writers[split].append(result.mel, label_of[rec.label], rec.recording_id, rec.group,
-                                  result.waveform)
+                                  result.waveform, result.stats, result.rate)
             counts[SPLITS[split]][rec.label] += 1
         _check_errors(cfg, report)
     report.recordings = {s: dict(sorted(counts[s].items())) for s in SPLITS}
@@ -248,6 +267,11 @@ def build(cfg: BuildConfig, source: Path, out_dir: Path, progress: bool = True) 
     report.sha256 = {s: file_sha256(out_dir / f"{s}.h5") for s in SPLITS}
     report.seconds = time.perf_counter() - start
     return report
+
+
+def stats_columns(cfg: RecordingStatsConfig) -> StatsColumns:
+    """The split files' statistics columns for ``build.stats``."""
+    return StatsColumns(stat_names(cfg), cfg.to_dict())
 
 
 def _check_errors(cfg: BuildConfig, report: BuildReport) -> None:

@@ -29,7 +29,7 @@ log = logging.getLogger("leakpipe")
 STAGE_COMMANDS = {"check": "check", "synth": "synth", "field": "field", "index": "index",
                   "build": "build", "validate": "validate", "preload": "preload",
                   "train": "train", "evaluate": "evaluate", "baselines": "baselines",
-                  "cv": "crossval", "tune": "tune", "adapt": "adapt"}
+                  "cv": "crossval", "ship": "ship", "tune": "tune", "adapt": "adapt"}
 
 
 def _command_modules() -> list[ModuleType]:

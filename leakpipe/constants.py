@@ -21,6 +21,8 @@ H5_RECORDING_ID = "recording_id"
 H5_GROUP = "group"
 H5_CLIP_INDEX = "clip_index"
 H5_WAVEFORM = "waveform"
+H5_RECORDING_STATS = "recording_stats"   # (N, S) float32: the clip's recording's statistics
+H5_RECORDING_RATE = "recording_rate"     # (N,) int32: the recording's own sample rate, Hz
 ATTR_SCHEMA_VERSION = "schema_version"
 ATTR_CLASS_NAMES = "class_names"
 ATTR_LEAK_CLASS = "leak_class"
@@ -28,6 +30,8 @@ ATTR_FEATURES = "feature_config"
 ATTR_VERSION = "leakpipe_version"
 ATTR_SPLIT = "split"
 ATTR_CHUNK_ROWS = "chunk_rows"
+ATTR_STATS_NAMES = "recording_stats_names"     # JSON list: the columns of recording_stats
+ATTR_STATS_CONFIG = "recording_stats_config"   # JSON: build.stats that computed them
 
 # Where training and evaluation keep a split (chosen by the preload stage, docs/preload.md).
 PLACEMENT_DEVICE = "device"   # the whole split in accelerator memory
@@ -40,6 +44,10 @@ MANIFEST_COLUMNS: tuple[str, ...] = ("path", "class", "group")
 MANIFEST_OPTIONAL: tuple[str, ...] = ("material", "sensor", "sample_rate", "duration_s", "seed")
 MANIFEST_NAME = "manifest.csv"
 AUDIO_SUFFIXES: tuple[str, ...] = (".wav", ".flac", ".ogg")
+# Audio files leakpipe does not read (build never lists them, so no detector learnt from them):
+# `leakpipe predict` gives each one a row saying so, rather than no row or a score.
+UNREAD_AUDIO_SUFFIXES: tuple[str, ...] = (".mp3", ".m4a", ".aac", ".wma", ".opus", ".aif",
+                                          ".aiff", ".amr")
 ALL_CLIPS = "all"  # build.clips_per_recording: every non-overlapping clip of a recording
 
 # Exit codes of stages and the CLI.

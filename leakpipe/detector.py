@@ -13,7 +13,9 @@
   (``leakpipe.decision.domain``: the training recordings' band profiles and a distance
   threshold set on val) that marks each predicted recording ``in`` or ``shifted``; since
   version 6 that reference also keeps the val recordings' distances, so that a set of
-  recordings can be checked as a whole (``set_check``). It is the
+  recordings can be checked as a whole (``set_check``); since version 7 the signal checks of
+  `build.quality` (``leakpipe.audio.quality``: dead, clipped, DC offset), so that predict and
+  the served model refuse or flag a recording as build did the training data. It is the
   one file that decides leaks: `leakpipe predict` and the MLflow logged model use it, so the
   threshold that is reported is the one that is deployed.
 
@@ -27,13 +29,21 @@ older than version 4 has no calibration: it loads as uncalibrated (the identity,
 ``leak_prob`` is the rule's raw score, as when it was written), with a WARNING saying so. A
 detector file older than version 5 has no domain reference: predict reports ``domain`` as
 ``unknown`` for every recording, with one WARNING at loading. A version 5 reference has no
-val distances: the set check of a predict run is then ``unknown``.
+val distances: the set check of a predict run is then ``unknown``. A detector file older than
+version 7 has no signal checks: predict takes `build.quality` from params.yaml for it (as it
+takes the scoring rules of a file older than those), the served model the checks that need no
+threshold (``quality.DEAD_ONLY``).
+
+Any file that is not a leakpipe model (a WAV, a JSON file, a foreign pickle, a damaged or
+incomplete detector) is one ``DataError`` line naming it, never the unpickler's traceback.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import pickle
+import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,6 +55,7 @@ from leakpipe.config import (
     INPUT_NORMS,
     FeatureConfig,
     ModelConfig,
+    QualityConfig,
     from_mapping,
     stored_features,
 )
@@ -54,8 +65,8 @@ from leakpipe.data.schema import leak_index
 from leakpipe.decision.calibration import IDENTITY, Calibration
 from leakpipe.decision.domain import DomainReference
 from leakpipe.decision.voting import VotingConfig
-from leakpipe.errors import DataError
-from leakpipe.files import save_torch_atomic
+from leakpipe.errors import DataError, LeakpipeError
+from leakpipe.files import file_problem, save_torch_atomic
 from leakpipe.inference import inference_form
 from leakpipe.model import create_model, model_state
 from leakpipe.scoring.batching import BatchLimits
@@ -63,10 +74,24 @@ from leakpipe.scoring.batching import BatchLimits
 NETWORK_FORMAT = "leakpipe.network"
 NETWORK_VERSION = 1
 DETECTOR_FORMAT = "leakpipe.detector"
-DETECTOR_VERSION = 6
-READABLE_VERSIONS = {NETWORK_FORMAT: (1,), DETECTOR_FORMAT: (1, 2, 3, 4, 5, 6)}
+DETECTOR_VERSION = 7
+# Version 8 marks a detector file of another kind than the CNN (``kind``: logger_stats,
+# ``leakpipe.stats_detector``); the CNN's files keep version 7 and mean ``kind: cnn``.
+KINDED_VERSION = 8
+READABLE_VERSIONS = {NETWORK_FORMAT: (1,), DETECTOR_FORMAT: (1, 2, 3, 4, 5, 6, 7, KINDED_VERSION)}
+CNN_KIND = "cnn"
 UNCALIBRATED_FILE = "written before detector files held a calibration (version 4)"
 NO_DOMAIN_FILE = "written before detector files held a domain reference (version 5)"
+# What unpickling bytes that are no torch file (a WAV, JSON, a foreign pickle) can raise.
+_NOT_TORCH = (pickle.UnpicklingError, RuntimeError, OSError, EOFError, ValueError, IndexError,
+              KeyError, TypeError, AttributeError, OverflowError, MemoryError, struct.error)
+# What a torch file with a model format but missing or ill-typed keys raises while building.
+_DAMAGED = (KeyError, TypeError, ValueError, RuntimeError, AttributeError, IndexError)
+
+_HEAD_BYTES = 16                  # bytes read to name what a refused file is
+_MAGIC = ((b"RIFF", "a RIFF/WAV file"), (b"fLaC", "a FLAC file"), (b"OggS", "an OGG file"),
+          (b"{", "a JSON file"), (b"[", "a JSON file"), (b"\x80", "a pickle, not a torch file"),
+          (b"PK", "a ZIP archive that is no torch file"))
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +128,7 @@ class Detector(Network):
     min_clip_fraction: float | None = None    # shortest usable recording, share of one clip
     calibration: Calibration = IDENTITY       # rule score -> leak probability, fitted on val
     domain: DomainReference | None = None     # training band profiles (None: domain unknown)
+    quality: QualityConfig | None = None      # build.quality's signal checks (None: older file)
 
     def leak_prob(self, score: float) -> float:
         """The reported leak probability of a rule score (decisions use the score itself)."""
@@ -139,6 +165,8 @@ def save_detector(path: Path, detector: Detector) -> None:
         "min_clip_fraction": detector.min_clip_fraction,
         "calibration": detector.calibration.to_dict(),
         "domain": detector.domain.to_dict() if detector.domain is not None else None,
+        "quality": (_plain(dataclasses.asdict(detector.quality))
+                    if detector.quality is not None else None),
     }, Path(path))
 
 
@@ -158,7 +186,12 @@ def _network_dict(network: Network) -> dict[str, Any]:
 def load_network(path: Path, map_location: str | torch.device = "cpu") -> Network:
     """The network of a network or detector file (evaluate reads train's model.pt)."""
     raw = _read(Path(path), map_location)
-    return _network(raw, Path(path))
+    try:
+        return _network(raw, Path(path))
+    except LeakpipeError:
+        raise
+    except _DAMAGED as exc:
+        raise DataError(f"{path} is not a leakpipe model file ({_damage(exc)})") from None
 
 
 def load_detector(path: Path, map_location: str | torch.device = "cpu") -> Detector:
@@ -168,6 +201,25 @@ def load_detector(path: Path, map_location: str | torch.device = "cpu") -> Detec
     if raw["format"] != DETECTOR_FORMAT:
         raise DataError(f"{path}: a trained network without an operating point; use the "
                         "detector evaluate writes (models/detector.pt)")
+    if (kind := raw.get("kind", CNN_KIND)) != CNN_KIND:
+        raise DataError(f"{path}: a {kind} detector; this reads CNN detectors only (predict, "
+                        "export and explain read every kind)")
+    try:
+        return _detector(raw, path)
+    except LeakpipeError:         # a named problem already (a bad input_norm, a bad key)
+        raise
+    except _DAMAGED as exc:
+        raise DataError(f"{path} is not a leakpipe detector file ({_damage(exc)})") from None
+
+
+def _damage(exc: BaseException) -> str:
+    """A missing or ill-typed part of a model file in a few words: the exception's type and
+    the first line of its text (torch's state-dict errors run over many lines)."""
+    text = str(exc).strip().splitlines()
+    return f"damaged or incomplete: {type(exc).__name__} {text[0] if text else ''}".rstrip()
+
+
+def _detector(raw: dict[str, Any], path: Path) -> Detector:
     net = _network(raw, path)
     limits = raw.get("batch_limits")
     return with_operating_point(
@@ -175,7 +227,13 @@ def load_detector(path: Path, map_location: str | torch.device = "cpu") -> Detec
         metrics=dict(raw["metrics"]),
         batch_limits=BatchLimits(**limits) if limits is not None else None,
         min_clip_fraction=raw.get("min_clip_fraction"), calibration=_calibration(raw, path),
-        domain=_domain(raw, path))
+        domain=_domain(raw, path), quality=_quality(raw, path))
+
+
+def _quality(raw: dict[str, Any], path: Path) -> QualityConfig | None:
+    """The stored signal checks; none in a file older than version 7 (its reader falls back)."""
+    stored = raw.get("quality")
+    return None if stored is None else from_mapping(QualityConfig, stored, "quality", str(path))
 
 
 def _calibration(raw: dict[str, Any], path: Path) -> Calibration:
@@ -203,21 +261,39 @@ def _domain(raw: dict[str, Any], path: Path) -> DomainReference | None:
         raise DataError(f"{path}: domain: {exc}") from None
 
 
+def read_detector_file(path: Path) -> dict[str, Any]:
+    """The dict of a leakpipe model file of any kind (``kind`` absent: a CNN), checked for its
+    format and version; anything else is one ``DataError`` line naming it."""
+    return _read(Path(path), "cpu")
+
+
 def _read(path: Path, map_location: str | torch.device) -> dict[str, Any]:
-    if not path.is_file():
-        raise DataError(f"{path}: no such model file")
+    if problem := file_problem(path):
+        raise DataError(f"{path}: {problem} (expected a detector file, e.g. models/detector.pt)")
     try:
         raw = torch.load(path, map_location=map_location, weights_only=True)
-    except (RuntimeError, OSError, EOFError, ValueError) as exc:
-        raise DataError(f"{path}: not a readable leakpipe model ({type(exc).__name__})") from None
+    except _NOT_TORCH as exc:
+        raise DataError(f"{path} is not a leakpipe detector file ({_what(path, exc)}; evaluate "
+                        "writes models/detector.pt)") from None
     kind = raw.get("format") if isinstance(raw, dict) else None
     if kind not in READABLE_VERSIONS:
-        raise DataError(f"{path}: not a leakpipe network or detector file (train writes "
-                        "models/model.pt, evaluate models/detector.pt)")
+        raise DataError(f"{path} is not a leakpipe detector file (a torch file without a "
+                        "leakpipe format; train writes models/model.pt, evaluate "
+                        "models/detector.pt)")
     if raw.get("version") not in READABLE_VERSIONS[kind]:
         raise DataError(f"{path}: {kind} version {raw.get('version')} is not one of "
                         f"{list(READABLE_VERSIONS[kind])}; retrain or use a matching leakpipe")
     return raw
+
+
+def _what(path: Path, exc: BaseException) -> str:
+    """What the bytes at ``path`` look like instead, for the one-line refusal."""
+    with path.open("rb") as handle:
+        head = handle.read(_HEAD_BYTES)
+    for magic, kind in _MAGIC:
+        if head.startswith(magic):
+            return f"{kind}; torch.load: {type(exc).__name__}"
+    return f"starts with {head[:8]!r}; torch.load: {type(exc).__name__}"
 
 
 def _network(raw: dict[str, Any], path: Path) -> Network:

@@ -5,12 +5,12 @@ lie anywhere, which DVC never sees, and a folder dep also counts files `build` i
 (``always_changed`` in dvc.yaml) re-hashes every recording `build` would read on each
 `dvc repro` and writes ``reports/recordings.json``; `build` depends on that file, so it runs
 again exactly when a recording's bytes, the manifest or the set of recordings changed. Hashes
-are SHA-256 of the content, streamed (sizes and times alone would miss a same-size edit).
+are SHA-256 of the content, streamed (sizes and times alone would miss a same-size edit):
+``leakpipe.files.file_sha256``, the digest the manifest reader compares copies by.
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 from collections.abc import Callable, Iterable
@@ -22,18 +22,15 @@ from tqdm import tqdm
 
 from leakpipe.config import load_section
 from leakpipe.data.manifest import Recording, discover, manifest_of
-from leakpipe.files import file_problem, os_problem, write_json_atomic
+from leakpipe.files import file_problem, file_sha256, os_problem, write_json_atomic
 
 log = logging.getLogger(__name__)
 
 INDEX_FORMAT = 1
 HASH = "sha256"
 
-
-def file_digest(path: Path) -> str:
-    """SHA-256 of a file's bytes, read in blocks (hashing releases the GIL: threads scale)."""
-    with Path(path).open("rb") as handle:
-        return hashlib.file_digest(handle, HASH).hexdigest()
+# SHA-256 of a file's bytes, streamed (hashing releases the GIL: threads scale)
+file_digest = file_sha256
 
 
 def entry(rec: Recording) -> dict[str, Any]:
@@ -50,10 +47,12 @@ def entry(rec: Recording) -> dict[str, Any]:
     return {"path": rec.recording_id, "bytes": None, HASH: None, "error": problem}
 
 
-def index_recordings(source: Path, workers: int = 1, progress: bool = False) -> dict[str, Any]:
-    """The index of ``source`` (manifest file, folder with manifest, or class folders)."""
+def index_recordings(source: Path, workers: int = 1, progress: bool = False,
+                     duplicates: str = "refuse") -> dict[str, Any]:
+    """The index of ``source`` (manifest file, folder with manifest, or class folders): the
+    recordings `build` reads, so ``duplicates`` is ``build.duplicates``."""
     manifest = manifest_of(source)
-    recordings = discover(source, group_by="file")  # grouping is build's business
+    recordings = discover(source, "file", duplicates)  # grouping is build's business
     entries = _mapped(entry, recordings, workers, progress)
     return {"format": INDEX_FORMAT,
             "manifest": {"path": manifest.name, HASH: file_digest(manifest)} if manifest else None,
@@ -80,7 +79,7 @@ def run_index(params: Path, source: Path | None, out: Path, *, progress: bool = 
     cfg = load_section(params, "build")
     source = source or Path(cfg.source)
     workers = cfg.workers or os.cpu_count() or 1
-    index = index_recordings(source, workers, progress=progress)
+    index = index_recordings(source, workers, progress=progress, duplicates=cfg.duplicates)
     write_json_atomic(out, index)
     log.info("index: %d recordings (%.1f MiB) of %s -> %s", index["n_recordings"],
              index["bytes"] / 2**20, source, out)

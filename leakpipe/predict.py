@@ -10,11 +10,19 @@ decision, the rule, the share of long segments at or above the threshold, whethe
 recording's band is narrower than the model's (``band_hz``, ``band_limited``), whether it is
 like the training recordings (``domain``, ``domain_distance``, ``domain_reason``) and the
 long-segment probabilities over time (a timeline, in time order with each segment's clip). A
-recording that cannot be read gets a row with its reason in ``notes``. The rows, and the two
-CSV files they go to (one short line per recording; the timeline beside it, one line per long
-segment), are made in ``leakpipe.predict_rows``. Once every row is in, the set domain check
-of all of them (``decision.domain.set_check``: are they, taken together, farther from the
-training recordings than val's new sites are?) goes to a JSON beside the CSV.
+recording that cannot be read gets an ``error`` row with its reason in ``notes``; one that
+fails build's signal checks as the detector's `build.quality` refuses them (dead, always) an
+``unusable`` row, with no decision (``leakpipe.predict_inputs``, which also selects, reads and
+checks the recordings). The rows, and the two CSV files they go to (one short line per
+recording; the timeline beside it, one line per long segment), are made in
+``leakpipe.predict_rows``. Once every row is in, the set domain check of all of them
+(``decision.domain.set_check``: are they, taken together, farther from the training
+recordings than val's new sites are?) goes to a JSON beside the CSV.
+
+What the command refuses before it scores anything, each with one line and a non-zero exit
+(``leakpipe.predict_target``): a path that is not there or a selection without a recording,
+an ``--out`` that is one of the recordings, exists (without ``--resume`` or ``--force``) or
+cannot be written, and ``--resume`` of a CSV that another detector wrote.
 
 ``run_predict`` is what `leakpipe predict` calls: the runtime, the detector (a file or an
 MLflow model URI), its scoring rules, ``predict``, one summary line. ``score_recordings`` gives
@@ -22,7 +30,8 @@ the rows of files or of in-memory waveforms: the served detector (``leakpipe.ser
 
 Recordings are scored in batches of many recordings up to a segment budget sized from free
 memory; rows and timelines are appended (and flushed) after every batch, so ``resume``
-continues an interrupted run by skipping the recordings already in the output. A recording is
+continues an interrupted run by skipping the recordings already scored in the output (a failed
+row is tried again: the file may have been fixed). A recording is
 decoded block by block and turned into features a batch's worth of clips at a time
 (``prepare``), so a long one is scored in parts and only its probabilities are kept until its
 row is written: memory does not grow with its length beyond those (clips x long x short
@@ -33,7 +42,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -46,18 +54,24 @@ from tqdm import tqdm
 
 from leakpipe import tracking
 from leakpipe.allocator import retain_freed_memory
-from leakpipe.audio.clips import AudioError, plan_clips
-from leakpipe.audio.io import AudioSource, open_audio, stream_clips
-from leakpipe.audio.resampling import resampled_length
-from leakpipe.config import load_section
-from leakpipe.constants import AUDIO_SUFFIXES, DECISION_NAMES
+from leakpipe.audio.io import AudioSource
+from leakpipe.audio.quality import DEAD_ONLY
+from leakpipe.config import QualityConfig, load_section
+from leakpipe.constants import DECISION_NAMES
 from leakpipe.decision.domain import SHIFTED, SetCheck, band_profile, set_check
 from leakpipe.detector import Detector, load_detector
 from leakpipe.errors import DataError
-from leakpipe.features.mel import clip_features
-from leakpipe.files import listed_entries, os_problem
+from leakpipe.files import os_problem
+from leakpipe.predict_inputs import (  # here too for the callers of predict
+    PREDICT_SUFFIXES,
+    find_recordings,
+    prepare,
+    prepare_all,
+    select_recordings,
+)
 from leakpipe.predict_rows import (  # the rows and files, here too for the callers of predict
     STATUS_ERROR,
+    STATUS_UNUSABLE,
     Failed,
     OutputWriter,
     Prepared,
@@ -70,9 +84,22 @@ from leakpipe.predict_rows import (  # the rows and files, here too for the call
     timeline_path,
     write_set_check,
 )
+from leakpipe.predict_stats import run_predict_stats, stamp_of
+from leakpipe.predict_target import (
+    DetectorStamp,
+    check_resume,
+    check_target,
+    stamp_path,
+    write_stamp,
+)
 from leakpipe.runtime import Runtime, make_runtime
 from leakpipe.scoring.batching import BatchLimits, array_batches, batch_segments
 from leakpipe.scoring.score import score_batches
+from leakpipe.stats_detector import StatsDetector, load_any_detector
+
+__all__ = ["PredictSummary", "Prepared", "ScoringRules", "batch_budget", "find_recordings",
+           "load", "predict", "prepare", "result_row", "run_predict", "score_recordings",
+           "score_segments", "scoring_rules"]
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +109,7 @@ class PredictSummary:
     written: int
     skipped: int
     errors: int
+    unusable: int
     leaks: int
     seconds: float
     domain_set: SetCheck          # the set domain check over every row in the output
@@ -89,93 +117,51 @@ class PredictSummary:
 
 @dataclass(frozen=True)
 class ScoringRules:
-    """Batch caps, memory margins and the shortest usable recording of a predict run."""
+    """Batch caps, memory margins, the shortest usable recording and the signal checks of a
+    predict run."""
 
     limits: BatchLimits
     min_clip_fraction: float
+    quality: QualityConfig = DEAD_ONLY    # build.quality; by default the dead check only
 
 
 def scoring_rules(detector: Detector, params: Path) -> ScoringRules:
     """The detector's own rules (evaluate stores them); for detector files older than that,
     the `evaluate`, `preload` and `build` sections of ``params``."""
     if detector.batch_limits is not None and detector.min_clip_fraction is not None:
-        return ScoringRules(detector.batch_limits, detector.min_clip_fraction)
+        limits, fraction = detector.batch_limits, detector.min_clip_fraction
+    else:
+        limits, fraction = _params_rules(params)
+    quality = detector.quality if detector.quality is not None else params_quality(params)
+    return ScoringRules(limits, fraction, quality)
+
+
+def _params_rules(params: Path) -> tuple[BatchLimits, float]:
     if not Path(params).is_file():
         raise DataError(f"{params}: no such params file, and the detector (written before "
                         "detectors held their scoring rules) has none; re-run evaluate")
     ev, pre = load_section(params, "evaluate"), load_section(params, "preload")
-    return ScoringRules(
-        BatchLimits(max_segments=ev.max_batch_segments,
-                    cpu_max_segments=ev.cpu_max_batch_segments, safety=pre.safety,
-                    host_reserve_mb=pre.host_reserve_mb, device_reserve_mb=pre.device_reserve_mb),
-        load_section(params, "build").min_clip_fraction)
+    return (BatchLimits(max_segments=ev.max_batch_segments,
+                        cpu_max_segments=ev.cpu_max_batch_segments, safety=pre.safety,
+                        host_reserve_mb=pre.host_reserve_mb,
+                        device_reserve_mb=pre.device_reserve_mb),
+            load_section(params, "build").min_clip_fraction)
+
+
+def params_quality(params: Path) -> QualityConfig:
+    """`build.quality` of ``params`` for a detector file older than the checks (version 7);
+    without the file, the checks that need no threshold, with a WARNING."""
+    if Path(params).is_file():
+        return load_section(params, "build").quality
+    log.warning("%s: no such params file, and the detector (written before detectors held "
+                "build.quality) has no signal checks: only dead recordings are refused, none is "
+                "flagged clipped or DC; re-run evaluate", params)
+    return DEAD_ONLY
 
 
 def resolve_model(spec: str) -> Path:
     """A local detector file for a path or an MLflow URI (``models:/...``, ``runs:/...``)."""
     return tracking.download_model(spec) if tracking.is_model_uri(spec) else Path(spec)
-
-
-def find_recordings(paths: Iterable[Path]) -> list[Path]:
-    """Files as given; folders searched recursively for audio files; order kept, no repeats.
-
-    In a folder every entry with an audio suffix counts, a folder or a symlink loop so named
-    too: it gets an error row with its reason rather than no row (as build lists it).
-    """
-    found: list[Path] = []
-    for path in map(Path, paths):
-        if path.is_dir():
-            found += listed_entries(path, AUDIO_SUFFIXES)
-        else:
-            found.append(path)
-    return list(dict.fromkeys(found))
-
-
-def prepare(recording: Path | AudioSource, detector: Detector, min_fraction: float,
-            max_clips: int) -> Iterator[Prepared]:
-    """Read, resample, cover with clips and compute features, ``max_clips`` clips at a time.
-
-    The clips are evenly spaced from start to end, as many as cover the recording (one
-    zero-padded clip if it is shorter than one). The recording is decoded block by block, so a
-    long one comes in parts; the last part only once the whole file has been read and checked.
-    ``recording`` is a file or samples in memory (``waveform_source``: a served request).
-    Raises ``AudioError``, possibly after some parts (the caller drops them).
-    """
-    f = detector.features
-    source = recording if isinstance(recording, AudioSource) else open_audio(recording)
-    path = source.path
-    n = resampled_length(source.frames, source.sample_rate, f.sample_rate)
-    plan = plan_clips(source.frames, source.sample_rate, f, max(1, math.ceil(n / f.clip_samples)),
-                      min_fraction)
-    duration = n / f.sample_rate
-    notes = (f"shorter than one {f.clip_s:g} s clip ({duration:.3f} s): zero-padded"
-             if n < f.clip_samples else "")
-    starts_s = plan.starts / f.sample_rate                          # (clips,)
-    band = source.sample_rate / 2                                   # its own Nyquist, Hz
-    clips: list[np.ndarray] = []
-    done = 0
-    for clip in stream_clips(source, plan):
-        clips.append(clip)
-        if len(clips) == max_clips and done + len(clips) < plan.n_clips:
-            yield Prepared(path, clip_features(np.stack(clips), f),
-                           starts_s[done:done + len(clips)], duration, band, notes, last=False)
-            done, clips = done + len(clips), []
-    if plan.short:
-        raise plan.too_short(path)
-    yield Prepared(path, clip_features(np.stack(clips), f), starts_s[done:], duration, band,
-                   notes)
-
-
-def _prepare_all(recordings: Iterable[Path | AudioSource], detector: Detector,
-                 min_fraction: float, max_clips: int) -> Iterator[Prepared | Failed]:
-    for recording in recordings:
-        path = recording.path if isinstance(recording, AudioSource) else recording
-        try:
-            yield from prepare(recording, detector, min_fraction, max_clips)
-        except AudioError as exc:
-            yield Failed(path, str(exc))
-        except OSError as exc:
-            yield Failed(path, f"{path}: {os_problem(path, exc)}")
 
 
 def score_segments(detector: Detector, model: nn.Module, mel: np.ndarray, runtime: Runtime,
@@ -196,26 +182,36 @@ def score_segments(detector: Detector, model: nn.Module, mel: np.ndarray, runtim
 
 def predict(paths: Sequence[Path], detector: Detector, out: Path, *, runtime: Runtime,
             rules: ScoringRules, resume: bool = False, progress: bool = True,
-            max_batch_segments: int | None = None) -> PredictSummary:
+            max_batch_segments: int | None = None,
+            stamp: DetectorStamp | None = None) -> PredictSummary:
     """Score every recording under ``paths`` into the CSV ``out`` and its timeline CSV
     (``timeline_path(out)``).
 
-    ``max_batch_segments`` overrides the rules' cap on segments per forward pass.
+    ``max_batch_segments`` overrides the rules' cap on segments per forward pass. ``stamp``
+    names the detector's file: it is recorded beside ``out``, and ``resume`` continues only a
+    CSV recorded with the same one (``predict_target``).
     """
     start = time.perf_counter()
+    if resume and stamp is not None:
+        check_resume(out, stamp)
     kept, kept_timeline = completed_rows(out) if resume else ([], [])
     done = {row["path"] for row in kept}
-    todo = [p for p in find_recordings(paths) if str(p) not in done]
-    start_outputs(out, kept, kept_timeline)
-    domain_path(out).unlink(missing_ok=True)    # written again once every row is in
+    todo = [p for p in find_recordings(paths, PREDICT_SUFFIXES) if str(p) not in done]
+    try:
+        write_stamp(out, stamp)                 # before the rows it names
+        start_outputs(out, kept, kept_timeline)
+        domain_path(out).unlink(missing_ok=True)    # written again once every row is in
+    except OSError as exc:
+        raise DataError(f"--out {out}: cannot be written ({os_problem(out, exc)})") from None
     model = detector.inference_model().to(runtime.device)
     budget = batch_budget(detector, rules, runtime, max_batch_segments)
-    counts = {"written": 0, "errors": 0, "leaks": 0}
+    counts = {"written": 0, "errors": 0, "unusable": 0, "leaks": 0}
     summary_rows = [{k: row[k] for k in ("domain", "domain_distance")} for row in kept]
     with OutputWriter(out) as writer, \
             tqdm(total=len(todo), desc="predict", unit="rec", disable=not progress) as bar:
         for finished in score_recordings(todo, detector, model, runtime=runtime, budget=budget,
-                                         min_fraction=rules.min_clip_fraction):
+                                         min_fraction=rules.min_clip_fraction,
+                                         quality=rules.quality):
             writer.write(finished)
             _count(counts, finished)
             summary_rows += [{k: row[k] for k in ("domain", "domain_distance")}
@@ -224,8 +220,8 @@ def predict(paths: Sequence[Path], detector: Detector, out: Path, *, runtime: Ru
     domain_set = set_check(detector.domain, np.asarray(distances_of(summary_rows)))
     write_set_check(out, domain_set, summary_rows)
     return PredictSummary(written=counts["written"], skipped=len(done), errors=counts["errors"],
-                          leaks=counts["leaks"], seconds=time.perf_counter() - start,
-                          domain_set=domain_set)
+                          unusable=counts["unusable"], leaks=counts["leaks"],
+                          seconds=time.perf_counter() - start, domain_set=domain_set)
 
 
 def batch_budget(detector: Detector, rules: ScoringRules, runtime: Runtime,
@@ -241,18 +237,19 @@ def batch_budget(detector: Detector, rules: ScoringRules, runtime: Runtime,
 
 
 def score_recordings(recordings: Iterable[Path | AudioSource], detector: Detector,
-                     model: nn.Module, *, runtime: Runtime, budget: int,
-                     min_fraction: float) -> Iterator[list[dict[str, Any]]]:
+                     model: nn.Module, *, runtime: Runtime, budget: int, min_fraction: float,
+                     quality: QualityConfig = DEAD_ONLY) -> Iterator[list[dict[str, Any]]]:
     """The rows of ``recordings`` (files or in-memory sources), in order, a batch at a time.
 
     ``model`` is the detector's network on the runtime's device and ``budget`` the segments
-    per forward pass (``batch_segments``). A recording that cannot be used gets an error row.
-    `leakpipe predict` writes these rows to its CSV; the served detector returns them.
+    per forward pass (``batch_segments``); ``quality`` the signal checks (the rules'). A
+    recording that cannot be read gets an error row, one whose signal is refused an unusable
+    row. `leakpipe predict` writes these rows to its CSV; the served detector returns them.
     """
     f = detector.features
     max_clips = max(1, budget // (f.n_long * f.n_short))       # a part is about one batch
     rows = _RowAssembler(detector)
-    items = _prepare_all(recordings, detector, min_fraction, max_clips)
+    items = prepare_all(recordings, detector, min_fraction, max_clips, quality)
     for group in _groups(items, budget):
         scored = _score_group(group, detector, model, runtime, budget)
         yield [row for item, probs in scored if (row := rows.add(item, probs)) is not None]
@@ -321,6 +318,7 @@ class _RowAssembler:
 def _count(counts: dict[str, int], rows: list[dict[str, Any]]) -> None:
     counts["written"] += len(rows)
     counts["errors"] += sum(row["status"] == STATUS_ERROR for row in rows)
+    counts["unusable"] += sum(row["status"] == STATUS_UNUSABLE for row in rows)
     counts["leaks"] += sum(row["decision"] == DECISION_NAMES[1] for row in rows)
 
 
@@ -330,19 +328,31 @@ def load(spec: str) -> Detector:
 
 
 def run_predict(paths: Sequence[Path], model: str, out: Path, params: Path, *,
-                device: str = "auto", resume: bool = False, progress: bool = True,
-                max_batch_segments: int | None = None) -> int:
-    """The whole command; returns the exit code (errors raise ``LeakpipeError``)."""
+                device: str = "auto", resume: bool = False, force: bool = False,
+                progress: bool = True, max_batch_segments: int | None = None) -> int:
+    """The whole command; returns the exit code (errors raise ``LeakpipeError``).
+
+    The recordings and ``out`` are checked before the detector is loaded (``predict_target``);
+    ``force`` replaces an existing ``out``, ``resume`` continues it.
+    """
+    recordings = select_recordings(paths)
+    check_target(out, recordings, resume=resume, force=force)
     runtime = make_runtime(device, "auto", device_key="--device")
     retain_freed_memory()                 # CPU inference reuses its activation buffers
-    detector = load(model)
-    summary = predict(paths, detector, out, runtime=runtime,
+    file = resolve_model(model)
+    detector = load_any_detector(file)
+    if isinstance(detector, StatsDetector):          # one verdict from the statistics
+        run_predict_stats(paths, detector, out, stamp=stamp_of(model, file, detector),
+                          resume=resume, progress=progress)
+        return 0
+    summary = predict(paths, detector, out, runtime=runtime,      # folders listed again
                       rules=scoring_rules(detector, params), resume=resume,
-                      progress=progress, max_batch_segments=max_batch_segments)
-    print(f"predict: {summary.written} recordings ({summary.leaks} LEAK, {summary.errors} "
-          f"unreadable, {summary.skipped} kept from before) in {summary.seconds:.1f} s -> "
-          f"{out}, timeline {timeline_path(out)} (rule {detector.voting.rule}, threshold "
-          f"{detector.threshold:g})")
+                      progress=progress, max_batch_segments=max_batch_segments,
+                      stamp=DetectorStamp.of(model, file, detector))
+    print(f"predict: {summary.written} recordings ({summary.leaks} LEAK, {summary.unusable} "
+          f"unusable, {summary.errors} unreadable, {summary.skipped} kept from before) in "
+          f"{summary.seconds:.1f} s -> {out}, timeline {timeline_path(out)}, detector "
+          f"{stamp_path(out)} (rule {detector.voting.rule}, threshold {detector.threshold:g})")
     print(f"predict: {summary.domain_set.line()} -> {domain_path(out)}")
     if summary.domain_set.domain == SHIFTED:
         log.warning("predict: these recordings, taken together, are farther from the training "

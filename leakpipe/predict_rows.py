@@ -15,7 +15,10 @@ distance ``domain_distance`` exceeds the threshold set on val (about 1 % of val 
 with the main reason in ``domain_reason`` (``band``, ``level`` or ``shape`` and a few words),
 and ``unknown`` under a detector written before detectors held the reference. A shifted
 recording keeps its decision; the column says how far to trust it. A recording that cannot be
-used gets an error row: its reason in ``notes``, no figures.
+read gets an ``error`` row, one whose signal cannot carry a decision (dead, or a check in
+`build.quality.reject`) or whose format leakpipe does not read an ``unusable`` row: its reason
+in ``notes``, no figures and no decision (never NOLEAK). A check that only flags a recording
+is in the notes of its ``ok`` row.
 
 The timeline is three lists in time order, one entry per long segment: its start in seconds
 from the recording's start, the clip it belongs to (clips are numbered 0, 1, ... from the
@@ -47,7 +50,8 @@ from leakpipe.errors import DataError
 from leakpipe.features.mel import band_centers_hz
 from leakpipe.files import csv_text, write_text_atomic
 
-__all__ = ["COLUMNS", "CSV_COLUMNS", "DECIMALS", "STATUS_ERROR", "STATUS_OK", "TIMELINE",
+__all__ = ["COLUMNS", "CSV_COLUMNS", "DECIMALS", "STATUS_ERROR", "STATUS_OK",
+           "STATUS_UNUSABLE", "TIMELINE",
            "TIMELINE_COLUMNS", "Failed", "OutputWriter", "Prepared", "completed_rows",
            "error_row", "result_row", "start_outputs", "timeline_path", "timeline_rows"]
 
@@ -58,6 +62,7 @@ COLUMNS = ("path", "status", "leak_prob", "decision", "threshold", "rule", "prob
 CSV_COLUMNS = tuple(c for c in COLUMNS if c not in TIMELINE)   # predict's CSV: one per recording
 TIMELINE_COLUMNS = ("path", "clip", "start_s", "long_prob")    # its timeline CSV: one per segment
 STATUS_OK, STATUS_ERROR = "ok", "error"
+STATUS_UNUSABLE = "unusable"   # read, but no decision on it: a refused signal check or format
 DECIMALS = 4               # probabilities and times in the CSV
 
 
@@ -81,8 +86,11 @@ class Prepared:
 
 @dataclass(frozen=True)
 class Failed:
+    """A recording without a decision: its one-line reason and its row's status."""
+
     path: Path
     reason: str
+    status: str = STATUS_ERROR   # or STATUS_UNUSABLE
 
 
 def result_row(prep: Prepared, starts_s: np.ndarray, seg_probs: np.ndarray,
@@ -121,7 +129,7 @@ def domain_fields(detector: Detector, profile: np.ndarray, band_hz: float) -> di
 def error_row(failed: Failed, detector: Detector) -> dict[str, Any]:
     empty = {name: [] if name in TIMELINE else "" for name in COLUMNS}
     return {**empty, **_rule_fields(detector), "path": str(failed.path),
-            "status": STATUS_ERROR, "notes": failed.reason}
+            "status": failed.status, "notes": failed.reason}
 
 
 def timeline_rows(row: dict[str, Any]) -> list[dict[str, Any]]:
@@ -181,19 +189,19 @@ def _whole_rows(path: Path, columns: Sequence[str]) -> list[dict[str, str]]:
 
 
 def completed_rows(out: Path) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
-    """The rows of the recordings an earlier run into ``out`` finished, and their timeline rows.
+    """The rows of the recordings an earlier run into ``out`` scored, and their timeline rows.
 
-    A recording counts as finished when its row is whole and the timeline file holds all
-    ``n_long`` of its segments. A batch's timeline is written before its rows, so a crash in
-    between leaves timeline rows without a row (dropped here), never a row without its
+    A recording counts as scored when its row is whole, ``ok``, and the timeline file holds
+    all ``n_long`` of its segments. A batch's timeline is written before its rows, so a crash
+    in between leaves timeline rows without a row (dropped here), never a row without its
     timeline; a timeline file lost or cut short since only makes its recordings run again.
+    A failed row (``error``, ``unusable``) is not kept: the file may have been fixed since.
     """
-    rows = [row for row in _whole_rows(Path(out), CSV_COLUMNS)
-            if row["status"] in (STATUS_OK, STATUS_ERROR)]
+    rows = [row for row in _whole_rows(Path(out), CSV_COLUMNS) if row["status"] == STATUS_OK]
     timeline = _whole_rows(timeline_path(out), TIMELINE_COLUMNS)
     segments = Counter(row["path"] for row in timeline)
-    kept = [row for row in rows if row["status"] == STATUS_ERROR
-            or (row["n_long"].isdigit() and segments[row["path"]] == int(row["n_long"]))]
+    kept = [row for row in rows
+            if row["n_long"].isdigit() and segments[row["path"]] == int(row["n_long"])]
     done = {row["path"] for row in kept}
     return kept, [row for row in timeline if row["path"] in done]
 

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import numpy as np
 
-from leakpipe.config import FeatureConfig
+from leakpipe.config import FeatureConfig, RecordingStatsConfig
 from leakpipe.constants import KNOWN_CLASSES, SPLITS
-from leakpipe.data.writer import SplitWriter
+from leakpipe.data.writer import SplitWriter, StatsColumns
+from leakpipe.features.recording_stats import band_present, stat_names
 
 # 1 s clips at 4096 Hz, long 0.25 s / hop 0.125 s, short 256 / hop 128: rows are (7, 7, 16, 1).
 SMALL_FEATURES = FeatureConfig(
@@ -24,6 +25,27 @@ SMALL_FEATURES = FeatureConfig(
 VALUE_RANGE_DB = (-100.0, 40.0)
 CLIPS_PER_RECORDING = 2
 SITES_PER_SPLIT = 2
+# recording statistics of 4096 Hz recordings: the 2 kHz band (to 2.8 kHz) is above Nyquist
+SMALL_STATS = RecordingStatsConfig(frame_s=0.125, percentiles=(10.0, 50.0, 90.0),
+                                   band_centres_hz=(250.0, 1000.0, 2000.0), floor_db=-160.0)
+STATS_COLUMNS = StatsColumns(stat_names(SMALL_STATS), SMALL_STATS.to_dict())
+
+
+def random_stats(rng: np.random.Generator, rate: int = 4096,
+                 spec: RecordingStatsConfig = SMALL_STATS) -> np.ndarray:
+    """Plausible statistics of one recording: levels in dB, spreads >= 0, NaN above Nyquist."""
+    k = len(spec.percentiles)
+    base = rng.uniform(-70.0, -20.0)
+
+    def block(offset: float) -> list[float]:
+        levels = sorted(base + offset + rng.uniform(-10.0, 10.0, k))
+        return [*levels, rng.uniform(1.0, 20.0), rng.uniform(0.5, 8.0)]
+
+    out = block(0.0)
+    for c in spec.band_centres_hz:
+        out += ([*block(-5.0), rng.uniform(-15.0, 0.0)] if band_present(c, rate)
+                else [np.nan] * (k + 3))
+    return np.asarray(out, dtype=np.float32)
 
 
 def random_mel(rng: np.random.Generator, clips: int, features: FeatureConfig = SMALL_FEATURES,
@@ -39,13 +61,15 @@ def write_split(path: Path, split: str, *, recordings_per_class: int = 2,
                 seed: int = 0) -> Path:
     """One valid split: ``recordings_per_class`` recordings of each class per site."""
     rng = np.random.default_rng([seed, SPLITS.index(split) if split in SPLITS else 99])
-    with SplitWriter(path, split, features, classes, dtype=dtype, chunk_mb=0.01) as writer:
+    with SplitWriter(path, split, features, classes, dtype=dtype, chunk_mb=0.01,
+                     stats=STATS_COLUMNS) as writer:
         for site in range(SITES_PER_SPLIT):
             group = f"{split}-site{site}"
             for label, name in enumerate(classes):
                 for k in range(recordings_per_class):
                     writer.append(random_mel(rng, CLIPS_PER_RECORDING, features, dtype), label,
-                                  recording_id=f"{group}/{name}/{k}", group=group)
+                                  recording_id=f"{group}/{name}/{k}", group=group,
+                                  stats=random_stats(rng), rate=4096)
     return path
 
 

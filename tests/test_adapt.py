@@ -101,16 +101,53 @@ def test_round_report_keeps_every_round_and_drops_the_labels() -> None:
 
 
 def test_a_round_is_rejected_on_val_first_then_on_the_check_set_when_guarded() -> None:
-    previous = {"round": 1, "val": {"f1": 0.80}, "check": {"f1": 0.77}}
-    assert rejection(2, previous, 0.785, 0.76, tolerance=0.02, check_guard=True) == ""
-    val = rejection(2, previous, 0.779, 0.90, tolerance=0.02, check_guard=True)
-    assert val.startswith("round 2 rejected: val file F1 0.7790 is more than 0.02 below "
-                          "round 1's 0.8000") and val.endswith("round 1's detector stands")
-    check = rejection(2, previous, 0.80, 0.676, tolerance=0.02, check_guard=True)
-    assert check.startswith("round 2 rejected: field check set file F1 0.6760")
-    assert rejection(2, previous, 0.80, 0.676, tolerance=0.02, check_guard=False) == ""
+    seed = {"round": 0, "val": {"f1": 0.80}, "check": {"f1": 0.77}}
+    assert rejection(2, seed, 0.785, 0.76, tolerance=0.02, check_guard=True, standing=1) == ""
+    val = rejection(2, seed, 0.779, 0.90, tolerance=0.02, check_guard=True, standing=1)
+    assert val == ("round 2 rejected: val file F1 0.7790 is more than 0.02 below the seed's "
+                   "0.8000; round 1's detector stands")
+    check = rejection(2, seed, 0.80, 0.676, tolerance=0.02, check_guard=True, standing=1)
+    assert check.startswith("round 2 rejected: field check set file F1 0.6760 is more than "
+                            "0.02 below the seed's 0.7700")
+    assert rejection(2, seed, 0.80, 0.676, tolerance=0.02, check_guard=False, standing=1) == ""
     assert rejection(2, {"round": 0, "val": {"f1": 0.8}}, 0.8, None, tolerance=0.0,
-                     check_guard=True) == ""                       # no check set: val only
+                     check_guard=True, standing=1) == ""           # no check set: val only
+    nan = rejection(1, seed, float("nan"), 0.77, tolerance=0.02, check_guard=True, standing=0)
+    assert nan.startswith("round 1 rejected: val file F1 is not a number, against the seed's")
+
+
+def _first_rejected(rounds: list[tuple[float, float | None]], *, check_guard: bool,
+                    tolerance: float = 0.02) -> int | None:
+    """Rounds 1.. of ``rounds`` (``rounds[0]`` the seed's (val F1, check F1)) through the
+    guard as the stage runs them: the first rejected round, None when all are accepted."""
+    seed = {"round": 0, "val": {"f1": rounds[0][0]}, "check": {"f1": rounds[0][1]}}
+    standing = 0
+    for r, (val_f1, check_f1) in enumerate(rounds[1:], start=1):
+        if rejection(r, seed, val_f1, check_f1, tolerance=tolerance, check_guard=check_guard,
+                     standing=standing):
+            return r
+        standing = r
+    return None
+
+
+@pytest.mark.parametrize(("rounds", "check_guard", "rejected"), [
+    # each round loses 0.013 val F1 on the one before (under 0.02), 0.026 on the seed: round
+    # 2 is rejected (against the previous round the losses would add up unchecked)
+    ([(0.800, None), (0.787, None), (0.774, None)], True, 2),
+    ([(0.800, None), (0.790, None), (0.781, None)], True, None),   # 0.019 below in all
+    ([(0.800, None), (0.770, None)], True, 1),                     # one round, too much
+    # a gain, then a loss of more than the tolerance on it but not on the seed: accepted
+    ([(0.800, None), (0.850, None), (0.790, None)], True, None),
+    # the check set's F1 the same way, guarded only with check_guard
+    ([(0.80, 0.700), (0.80, 0.688), (0.80, 0.676)], True, 2),
+    ([(0.80, 0.700), (0.80, 0.688), (0.80, 0.676)], False, None),
+    ([(0.80, 0.700), (0.80, 0.690), (float("nan"), 0.700)], True, 2),   # NaN: the worst
+], ids=["losses-add-up", "within-in-total", "one-big-loss", "gain-then-loss",
+        "check-adds-up", "check-unguarded", "nan"])
+def test_every_round_is_guarded_against_the_seed(rounds: list[tuple[float, float | None]],
+                                                  check_guard: bool,
+                                                  rejected: int | None) -> None:
+    assert _first_rejected(rounds, check_guard=check_guard) == rejected
 
 
 def test_the_check_guard_needs_a_check_set() -> None:

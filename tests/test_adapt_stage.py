@@ -155,9 +155,11 @@ def test_a_round_that_worsens_val_is_rejected_and_the_previous_model_stands(
     names = {run.info.run_name for run in _runs(mlflow_store)}   # the round runs say their fate
     assert {f"adapt round {r} (rejected)", "adapt round 0 (seed)"} <= names
     assert _adapted_versions(mlflow_store) == ["1"]
-    assert rounds[r]["val"]["f1"] < rounds[r - 1]["val"]["f1"] - 0.02
+    assert rounds[r]["val"]["f1"] < rounds[0]["val"]["f1"] - 0.02     # below the seed's
     assert doc["final_round"] == r - 1
     assert doc["stop_reason"].startswith(f"round {r} rejected: val file F1")
+    assert doc["stop_reason"].endswith(f"the seed's {rounds[0]['val']['f1']:.4f}; "
+                                       f"round {r - 1}'s detector stands")
     kept = tmp_path / "work" / f"round-{r - 1:02d}" / "detector.pt"
     rejected = tmp_path / "work" / f"round-{r:02d}"
     assert file_sha256(tmp_path / "out" / "adapted_detector.pt") == file_sha256(kept)
@@ -230,7 +232,11 @@ def _adapted_versions(store: str) -> list[str]:
 
 
 def _check_outputs(root: Path, store: str) -> None:
-    """Every output of a finished 2-round run on the project of ``_project``."""
+    """Every output of a finished 2-round run on the project of ``_project``.
+
+    Exact rates after training rounds hold on any CPU here: the rounds fine-tune the known seed
+    at lr 1e-4, and the files sit far from the threshold (measured: leak probability <= 1e-4
+    for quiet check / pool files, >= 0.97 for loud ones, thresholds 0.42-0.53)."""
     out = root / "out"
     doc = json.loads((out / "adapt.json").read_text())
     assert doc["final_round"] == 2 and doc["rounds_accepted"] == 2

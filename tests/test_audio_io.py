@@ -11,7 +11,8 @@ import pytest
 import soundfile as sf
 
 from leakpipe.audio.clips import AudioError, make_clips
-from leakpipe.audio.io import load_clips, read_audio
+from leakpipe.audio.io import load_clips, open_audio, read_audio
+from leakpipe.audio.quality import TRUNCATED, truncation
 from leakpipe.audio.resampling import resample
 from leakpipe.config import FeatureConfig
 
@@ -116,6 +117,45 @@ def test_streaming_header_size_is_not_truncation(tmp_path: Path,
         x, _ = read_audio(path)
     assert x.shape == (1000,)
     assert caplog.records == []
+
+
+def zero_data_size(path: Path, tail: bytes = b"") -> Path:
+    """Set the data chunk's size to 0, as a recorder that died before closing the file left
+    it, and append ``tail``."""
+    raw = bytearray(path.read_bytes())
+    at = raw.index(b"data") + 4
+    raw[at:at + 4] = bytes(4)
+    path.write_bytes(bytes(raw) + tail)
+    return path
+
+
+@pytest.mark.parametrize("subtype", ["PCM_16", "PCM_24", "FLOAT", "DOUBLE"])
+def test_zero_data_size_reads_every_whole_frame_to_the_end(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture, subtype: str) -> None:
+    """Issue #35 case 9: libsndfile reads no frame from a header whose data size is 0 though
+    the audio follows; it is read to the end of the file (a stray byte after the last whole
+    frame dropped), with the truncated file's one WARNING, and flagged ``truncated``."""
+    data = signal(1000, 2)
+    path = zero_data_size(write_wav(tmp_path / "died.wav", data, subtype=subtype), b"\x01")
+    with caplog.at_level(logging.WARNING, logger="leakpipe.audio.io"):
+        x, _ = read_audio(path)
+    np.testing.assert_allclose(x, data.mean(axis=1), atol=SUBTYPE_ATOL[subtype])
+    [record] = caplog.records
+    assert record.levelno == logging.WARNING and "died.wav" in record.message
+    assert "truncated: header claims 0 frames, file holds 1000; read 1000" in record.message
+    source = open_audio(path)
+    [issue] = truncation(source.frames, source.claimed_frames)
+    assert issue.check == TRUNCATED and "header claims 0 frames, read 1000" in issue.reason
+
+
+def test_zero_data_size_before_another_chunk_is_an_empty_recording(tmp_path: Path) -> None:
+    """A data chunk of size 0 followed by another chunk (metadata) really is empty."""
+    path = write_wav(tmp_path / "empty.wav", signal(10, 1))
+    raw = bytearray(path.read_bytes()[:path.read_bytes().index(b"data") + 8])
+    raw[-4:] = bytes(4)
+    path.write_bytes(bytes(raw) + b"LIST" + (4).to_bytes(4, "little") + b"INFO")
+    with pytest.raises(AudioError, match="empty \\(no audio frames\\)"):
+        open_audio(path)
 
 
 @pytest.mark.parametrize("truncate", [False, True])

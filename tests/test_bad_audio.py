@@ -68,7 +68,7 @@ def test_corpus_builds_with_skip(corpus: BuildRun, corpus_rows: Rows) -> None:
     report = json.loads(corpus.report.read_text())
     assert report["n_unusable"] == len(REJECTED_CASES)
     assert report["n_flagged"] == sum(c.outcome == FLAGGED for c in CASES)
-    assert report["flagged_by_check"] == {"clipped": 1, "dc_offset": 1, "truncated": 1}
+    assert report["flagged_by_check"] == {"clipped": 1, "dc_offset": 1, "truncated": 2}
     good = 9
     assert report["n_recordings"] == good + len(KEPT_CASES)
     assert sum(report["clips"].values()) == good + sum(c.clips for c in KEPT_CASES)

@@ -85,10 +85,14 @@ def test_source_without_leak_class(tmp_path: Path, good_root: Path, mlflow_store
     assert no_partial_output(run.out) == [] and not run.report.exists()
 
 
+TRUNCATED_CASES = [c for c in CASES if "truncated" in c.checks]
+
+
+@pytest.mark.parametrize("case", TRUNCATED_CASES, ids=ids(TRUNCATED_CASES))
 def test_truncated_in_reject_leaves_a_truncated_file_out(tmp_path: Path, good_root: Path,
                                                          mlflow_store: str,
-                                                         tiny_build_cfg: BuildConfig) -> None:
-    (case,) = [c for c in CASES if "truncated" in c.checks]
+                                                         tiny_build_cfg: BuildConfig,
+                                                         case: Case) -> None:
     root = copy_of(good_root, tmp_path)
     path = write_case(root, case)
     quality = dataclasses.replace(tiny_build_cfg.quality, reject=("dead", "truncated"))

@@ -33,6 +33,12 @@ SMALL_GRIDS = {  # one or two combinations per model keep the stage at about a s
     "xgboost": {"n_estimators": [50], "max_depth": [3], "learning_rate": [0.2]},
     "level_logreg": {"C": [1.0]},
 }
+# Trained figures move with the CPU's float kernels, so the tests bound them with room. Measured
+# here: every MFCC model F1 and ROC-AUC 1.0 on separable clips; with shuffled train labels
+# ROC-AUC 0.35-0.46 and F1 0.29-0.34 (calling every clip LEAK gives 0.33; chance ROC-AUC on
+# 16 LEAK test clips of 80 spreads about 0.08, one standard deviation).
+LEARNED_F1, LEARNED_ROC_AUC = 0.9, 0.95
+UNLEARNED_F1, UNLEARNED_ROC_AUC = 0.6, 0.7
 
 
 # -- features -----------------------------------------------------------------------------------
@@ -139,8 +145,10 @@ def _run(params: Path, paths: dict[str, Path], eval_metrics=None):
 def test_separable_clips_score_high_and_level_only_stays_at_chance(tmp_path: Path) -> None:
     report = _run(_params(tmp_path), _splits(tmp_path / "data"))
     for name in ("random_forest", "svm", "xgboost"):
-        assert report.results[name].metrics["test/file_f1"] >= 0.9, name
-        assert report.results[name].metrics["test/file_roc_auc"] >= 0.95, name
+        assert report.results[name].metrics["test/file_f1"] >= LEARNED_F1, name
+        assert report.results[name].metrics["test/file_roc_auc"] >= LEARNED_ROC_AUC, name
+    # one feature: the ranking is the clips' level order (or its reverse) whatever the fit's
+    # floats: 0.58 here, 0.42 reversed
     assert abs(report.results["level_logreg"].metrics["test/file_roc_auc"] - 0.5) < 0.2
 
 
@@ -157,8 +165,10 @@ def test_shuffled_training_labels_give_chance(tmp_path: Path) -> None:
     report = _run(_params(tmp_path), paths)
     for name in ("random_forest", "svm", "xgboost"):
         metrics = report.results[name].metrics
-        assert abs(metrics["test/file_roc_auc"] - 0.5) < 0.2, name
-        assert metrics["test/file_f1"] < 0.6, name
+        # nothing learned: far below the separable clips' figures; one-sided, as chance lands
+        # on either side of 0.5 (xgboost 0.35 here)
+        assert metrics["test/file_roc_auc"] < UNLEARNED_ROC_AUC, name
+        assert metrics["test/file_f1"] < UNLEARNED_F1, name
 
 
 def _relabel(path: Path, swap: bool) -> None:
@@ -237,19 +247,23 @@ def test_stage_writes_the_comparison_and_one_mlflow_run_per_model(project: Path)
 
     plot = json.loads((project / "plots" / "baselines" / "comparison.json").read_text())
     assert [row["model"] for row in plot] == ["cnn", "random_forest", "svm", "xgboost",
-                                              "level_logreg"]
+                                              "level_logreg", "logger_stats"]
+    stats = out["logger_stats"]
+    assert stats["hyperparams"]["C"] in (0.01, 0.1, 1.0)
+    for key in ("recording_roc_auc", "recording_f1", "file_roc_auc", "file_f1_ci_low"):
+        assert key in stats["test"], key
     assert set(plot[0]) == {"model", "f1", "ci_low", "ci_high", "roc_auc"}
 
     runs = mlflow.search_runs(search_all_experiments=True, output_format="list",
                               filter_string=f"tags.`{tracking.TAG_STAGE}` = 'baselines'")
     children = {r.data.tags.get("leakpipe.baseline"): r for r in runs
                 if "mlflow.parentRunId" in r.data.tags}
-    assert set(children) == {"random_forest", "svm", "xgboost", "level_logreg"}
+    assert set(children) == {"random_forest", "svm", "xgboost", "level_logreg", "logger_stats"}
     svm = children["svm"]
     assert svm.data.metrics["test/file_f1"] == pytest.approx(out["svm"]["test"]["file_f1"])
     assert svm.data.metrics["eval/threshold"] == pytest.approx(out["svm"]["eval"]["threshold"])
     assert svm.info.run_name == "baselines-svm"
-    assert len(runs) == 5                                        # the parent and 4 children
+    assert len(runs) == 6                                        # the parent and 5 children
 
 
 @pytest.mark.parametrize(("break_input", "message"), [
@@ -292,7 +306,7 @@ def test_mean_std_doubles_the_features(tmp_path: Path) -> None:
     assert table.truth.sum() == 16 and len(set(table.recording_id)) == 40
     params = _params(tmp_path, models=["random_forest"], summary="mean_std")
     report = _run(params, paths)
-    assert report.results["random_forest"].metrics["test/file_f1"] >= 0.9
+    assert report.results["random_forest"].metrics["test/file_f1"] >= LEARNED_F1
 
 
 # -- the paired interval of the margin ----------------------------------------------------------

@@ -60,6 +60,8 @@ def test_defaults_follow_the_paper(build_cfg) -> None:
     (lambda r: r["build"].update(clips_per_recording=0),
      "build.clips_per_recording: must be >= 1, got 0"),
     (lambda r: r["build"].update(group_by="site"), "build.group_by: expected one of"),
+    (lambda r: r["build"].update(duplicates="keep"), "build.duplicates: expected one of"),
+    (lambda r: r["build"].pop("duplicates"), "params.yaml: build.duplicates: missing key"),
     (lambda r: r["build"]["quality"].update(reject=["hum"]), "build.quality.reject[0]: expected"),
     (lambda r: r["build"]["quality"].update(clip_fraction=2), "build.quality.clip_fraction: must"),
     (lambda r: r.update(trian={}), "params.yaml: trian: unknown section"),

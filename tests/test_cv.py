@@ -39,7 +39,7 @@ from tests.helpers_h5 import write_splits
 REPO = Path(__file__).resolve().parents[1]
 PARAMS = REPO / "params.yaml"
 RATE = 4096
-METHODS = ("cnn", "random_forest", "svm", "xgboost", "level_logreg")
+METHODS = ("cnn", "logger_stats", "fused", "random_forest", "svm", "xgboost", "level_logreg")
 
 torch_thread = pytest.fixture(one_torch_thread)
 logging_restored = pytest.fixture(restore_logging)
@@ -96,15 +96,22 @@ def test_pooled_figures_and_the_site_bootstrap() -> None:
                     clip=np.zeros(8, dtype=int), truth=truth,
                     scores={"cnn": good, "level_logreg": 1.0 - good},
                     decision={"cnn": good >= 0.5, "level_logreg": good < 0.5})
-    out = summarise(oof, resamples=200, confidence=0.9, seed=0)
+    out = summarise(oof, oof, resamples=200, confidence=0.9, seed=0)
     cnn, level = out["methods"]["cnn"], out["methods"]["level_logreg"]
-    assert cnn["roc_auc"]["mean"] == 1.0 and level["roc_auc"]["mean"] == 0.0
-    assert cnn["file_f1"]["mean"] == 1.0 and cnn["balanced_accuracy"]["mean"] == 1.0
-    assert level["sensitivity"]["mean"] == 0.0 and level["specificity"]["mean"] == 0.0
-    assert cnn["roc_auc"]["folds"] == [1.0, 1.0]
+    for level_name in ("recording", "clip"):
+        assert cnn[f"{level_name}_roc_auc"]["mean"] == 1.0
+        assert level[f"{level_name}_roc_auc"]["mean"] == 0.0
+        assert cnn[f"{level_name}_f1"]["mean"] == 1.0
+        assert cnn[f"{level_name}_balanced_accuracy"]["mean"] == 1.0
+    assert level["recording_sensitivity"]["mean"] == 0.0
+    assert level["recording_specificity"]["mean"] == 0.0
+    assert cnn["recording_roc_auc"]["folds"] == [1.0, 1.0]
+    assert list(cnn)[0] == "recording_roc_auc"                   # recording figures first
     assert out["paired"]["minus"] == "level_logreg"
-    assert out["paired"]["roc_auc"]["mean"] == 1.0 == out["paired"]["roc_auc"]["ci_low"]
+    paired = out["paired"]["recording_roc_auc"]
+    assert paired["mean"] == 1.0 == paired["ci_low"]
     assert out["sites"] == 6 and out["recordings"] == 8 and out["folds"] == 2
+    assert out["selected"] == "cnn"                 # the only detector kind among the methods
 
 
 # -- one fold's methods on real files ------------------------------------------------------------
@@ -158,6 +165,7 @@ def test_the_test_fold_labels_reach_no_choice_of_any_method(tmp_path: Path,
         assert a.threshold == b.threshold and a.info == b.info, a.name
         np.testing.assert_array_equal(a.scores, b.scores)
         np.testing.assert_array_equal(a.decision, b.decision)
+        assert a.recording == b.recording, a.name    # recording threshold, val AUC, verdicts
 
 
 # -- the command on a manifest source: kill between folds, resume ---------------------------------
@@ -236,13 +244,22 @@ def test_cv_on_a_manifest_killed_between_folds_resumes_after_the_finished_fold(
     summary = json.loads((root / "out" / "cv.json").read_text())
     assert summary["folds"] == 3 and summary["sites"] == 12 and summary["recordings"] == 24
     for method in METHODS:
-        for figure in ("roc_auc", "file_f1", "balanced_accuracy", "sensitivity",
-                       "specificity"):
+        for figure in ("recording_roc_auc", "recording_f1", "recording_balanced_accuracy",
+                       "clip_roc_auc", "clip_f1", "clip_balanced_accuracy",
+                       "clip_sensitivity", "clip_specificity"):
             entry = summary["methods"][method][figure]
             assert set(entry) >= {"mean", "ci_low", "ci_high", "folds"}
             assert len(entry["folds"]) == 3
-    assert summary["methods"]["level_logreg"]["roc_auc"]["mean"] > 0.7   # loudness is the cue
+    assert summary["methods"]["level_logreg"]["clip_roc_auc"]["mean"] > 0.7  # loudness is the cue
+    # whole-recording level statistics see the same loudness
+    assert summary["methods"]["logger_stats"]["recording_roc_auc"]["mean"] > 0.7
     assert summary["paired"]["minus"] in METHODS[1:]
+    assert summary["selected"] in ("cnn", "logger_stats", "fused")
+    assert len(summary["selected_nested"]["per_fold"]) == 3
+    assert set(summary["selected_nested"]["recording_roc_auc"]) == {"mean", "ci_low", "ci_high",
+                                                                    "folds"}
+    recs = (root / "out" / "predictions_recordings.csv").read_text().splitlines()
+    assert len(recs) == 1 + 24 and recs[0].startswith("fold,recording_id,group,leak")
     rows = (root / "out" / "predictions.csv").read_text().splitlines()
     assert len(rows) == 1 + 24 * 2 and rows[0].startswith("fold,recording_id,clip,group,leak")
     assert (root / "out" / "plots" / "folds.png").stat().st_size > 0

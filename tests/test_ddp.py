@@ -31,6 +31,9 @@ from tests.test_train_stage import (
 WORLD = 2
 DDP_TRAIN = {"epochs": 4}
 TIMEOUT_S = 300
+LEARNED_F1 = 0.75           # chance on these splits: about 0.3 (8 LEAK files of 40)
+LEARNED_ROC_AUC = 0.9
+LEARNED_ACCURACY = 0.9      # of 40 val files: at most 4 wrong
 
 
 @pytest.mark.slow
@@ -43,10 +46,18 @@ def test_two_processes_train_with_ddp_and_the_checkpoint_loads_in_one(tmp_path: 
     done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True,
                           timeout=TIMEOUT_S)
     assert done.returncode == 0, done.stderr[-4000:]
-    assert "rank 1 of 2" in done.stderr and "backend gloo" in done.stderr
+    assert "rank 0 of 2" in done.stderr and "rank 1 of 2" in done.stderr
+    assert "backend gloo" in done.stderr
 
+    # What DDP promises, not an exact outcome: the val figures depend on the CPU's float
+    # kernels (OpenBLAS / oneDNN code paths, gloo's reduction order), e.g. val clip F1 1.0 on
+    # the Intel development machines and 0.941 on an AMD EPYC. The easy splits are learnable,
+    # so a network that learned clears these floors with room on any CPU; a broken gradient
+    # reduction (ranks drifting apart, no learning) does not.
     metrics = read_metrics(ws)
-    assert metrics["val"]["file_f1"] == 1.0 and metrics["epochs_run"] == DDP_TRAIN["epochs"]
+    assert metrics["epochs_run"] == DDP_TRAIN["epochs"]     # patience 5 > 4 epochs: a count
+    assert metrics["val"]["file_f1"] >= LEARNED_F1, metrics["val"]
+    assert metrics["val"]["file_roc_auc"] >= LEARNED_ROC_AUC, metrics["val"]
     (run,) = mlflow_runs(uri)                                       # rank 0 logs, alone
     assert run.info.status == "FINISHED"
     assert run.data.params["dist.world_size"] == str(WORLD)
@@ -59,13 +70,17 @@ def test_two_processes_train_with_ddp_and_the_checkpoint_loads_in_one(tmp_path: 
     network = load_network(ws.model)
     for key, value in model.state_dict().items():
         assert torch.equal(network.model.state_dict()[key], value), key
-    assert _val_decisions_are_right(network, ws.data["val"], load_section(ws.params, "decision"),
-                                    metrics["threshold"])
+    # The saved network, loaded in one process, scores val as well as the two ranks did: the
+    # same weights (to float-kernel differences between one and two processes on this CPU,
+    # hence a tolerance of a file or two rather than equality).
+    accuracy = _val_accuracy(network, ws.data["val"], load_section(ws.params, "decision"),
+                             metrics["threshold"])
+    assert accuracy >= LEARNED_ACCURACY, accuracy
 
 
-def _val_decisions_are_right(detector, path: Path, decision, threshold: float) -> bool:
-    """Every val file decided LEAK / not LEAK correctly by the loaded network at train's val
-    threshold, in one process."""
+def _val_accuracy(detector, path: Path, decision, threshold: float) -> float:
+    """Share of val files decided LEAK / not LEAK correctly by the loaded network at train's
+    val threshold, in one process."""
     with open_split(path) as split:
         mel = torch.from_numpy(split.mel[:]).float()                 # (F, L, S, M, T)
         mel = normalize_clips(mel, detector.input_norm)             # as the detector was trained
@@ -77,4 +92,4 @@ def _val_decisions_are_right(detector, path: Path, decision, threshold: float) -
                               decision.prob_mode).numpy().reshape(mel.shape[:3])
     scores = file_scores(probs, decision.rule, decision.vote_fraction)
     decisions = decide(scores, np.array([threshold]))[0]            # (F,)
-    return bool(np.array_equal(decisions, truth))
+    return float(np.mean(decisions == truth))

@@ -248,7 +248,7 @@ def detectors(tmp_path: Path) -> tuple[Path, Path]:
 def test_a_version_6_detector_keeps_its_reference(detectors: tuple[Path, Path]) -> None:
     new, _ = detectors
     raw = torch.load(new, weights_only=True)
-    assert raw["version"] == DETECTOR_VERSION == 6 and raw["domain"] is not None
+    assert raw["version"] == DETECTOR_VERSION >= 6 and raw["domain"] is not None
     ref = load_detector(new).domain
     assert ref is not None and ref.fitted_on.startswith("24 train recordings")
     assert ref.val_distances.size == 12

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from leakpipe import tracking
+from leakpipe.audio.quality import DEAD_ONLY
 from leakpipe.build import file_sha256
 from leakpipe.cli import main
 from leakpipe.config import EvaluateConfig, load_section
@@ -210,6 +211,7 @@ def test_stage_writes_outputs_and_logs_to_mlflow(project: Path,
     saved = load_detector(project / "models" / "detector.pt")
     assert saved.threshold == metrics["eval/threshold"]          # reported == saved
     assert saved.voting.rule == metrics["eval/rule"] == "long_vote"
+    assert saved.quality == load_section(PARAMS, "build").quality   # predict's signal checks
     for split in ("val", "test"):             # every file and segment figure has its interval
         for key in ("file_f1", "file_roc_auc", "file_specificity", "seg_f1", "seg_roc_auc",
                     "seg_pr_auc", "seg_recall"):
@@ -297,8 +299,9 @@ def test_the_detectors_input_norm_is_applied_and_carried_to_the_detector_file(
     assert not np.allclose(plain.val.scores.seg_probs, result.val.scores.seg_probs)
     out = project / "out"
     limits = batch_limits({"params": PLAN_PARAMS}, cfg)
-    write_outputs(result, detector_of(result, detector, limits, 0.5),
+    write_outputs(result, detector_of(result, detector, limits, 0.5, quality=DEAD_ONLY),
                   metrics_path=out / "eval.json", plots_dir=out / "plots",
                   predictions_path=out / "predictions.csv", detector_path=out / "detector.pt")
-    assert load_detector(out / "detector.pt").input_norm == "clip_level"
+    written = load_detector(out / "detector.pt")
+    assert written.input_norm == "clip_level" and written.quality == DEAD_ONLY
 

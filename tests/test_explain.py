@@ -19,6 +19,7 @@ import pytest
 import soundfile as sf
 import torch
 
+from leakpipe import tracking
 from leakpipe.cli import main
 from leakpipe.config import ModelConfig
 from leakpipe.constants import BINARY_CLASSES, EXIT_DATA
@@ -28,8 +29,10 @@ from leakpipe.features.mel import band_centers_hz
 from leakpipe.model import create_model
 from leakpipe.predict import score_recordings
 from leakpipe.runtime import make_runtime
+from leakpipe.serve.model import log_served_detector
 from tests.helpers_detector import (
     LIMITS,
+    copied_store,
     one_torch_thread,
     save_small_detector,
     set_known_weights,
@@ -140,6 +143,32 @@ def test_explain_command_writes_figure_and_json_with_predicts_numbers(
     assert floats(row["long_probs"]) == got["long_segments"]["probs"]
     assert floats(row["long_starts_s"]) == got["long_segments"]["starts_s"]
     assert row["decision"] == got["decision"]
+
+
+def test_explain_loads_a_registered_detector_by_its_models_uri(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`leakpipe explain --model models:/<name>@champion`: the detector registered as evaluate
+    registers it (a real SQLite MLflow store) explains a recording exactly as its file does."""
+    monkeypatch.setenv("DVC_ROOT", str(tmp_path))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", copied_store(tmp_path / "mlruns"))
+    det = band_reader_detector(tmp_path / "detector.pt")
+    with tracking.start_run("evaluate"):
+        version = tracking.register_detector(log_served_detector(det), "explained")
+    tracking.set_alias("explained", tracking.ALIAS_CHAMPION, version)
+    wav = recording(tmp_path / "leak.wav", leak=True)
+    uri = f"models:/explained@{tracking.ALIAS_CHAMPION}"
+
+    for model, out in ((uri, "by_uri"), (str(det), "by_file")):
+        assert main(["explain", str(wav), "--model", model, "--out", str(tmp_path / out),
+                     "--device", "cpu"]) == 0
+
+    got = json.loads((tmp_path / "by_uri" / "leak.json").read_text())
+    assert got == json.loads((tmp_path / "by_file" / "leak.json").read_text())
+    assert got["decision"] == "LEAK" and got["occlusion"]["towards_leak"] == [LEAK_GROUP]
+    assert (tmp_path / "by_uri" / "leak.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert main(["explain", str(wav), "--model", "models:/explained@nowhere", "--out",
+                 str(tmp_path / "none"), "--device", "cpu"]) == EXIT_DATA
+    assert not (tmp_path / "none").exists()
 
 
 def predict_row(wav: Path, detector_path: Path) -> dict:

@@ -30,17 +30,20 @@ LEVEL_MODEL = ModelConfig(widths=(4, 4, 4), dropout=0.0, pool_h=2, hidden=8, lev
 
 
 def detector_file(path: Path, model_cfg: ModelConfig = LEVEL_MODEL,
-                  threshold: float = 0.5, input_norm: str = "clip_band") -> Path:
-    """A random-weight binary detector (level features on: batch norm in the graph)."""
+                  threshold: float = 0.5, input_norm: str = "clip_band",
+                  classes: tuple[str, ...] = BINARY_CLASSES) -> Path:
+    """A random-weight detector (level features on: batch norm in the graph), binary or, with
+    ``classes`` the data's, of every data class as the default is."""
     torch.manual_seed(0)
-    model = create_model(model_cfg, len(BINARY_CLASSES))
+    model = create_model(model_cfg, len(classes))
     with torch.no_grad():                       # running statistics that are not the identity
         if model.level is not None:
             model.level.norm.running_mean.uniform_(-20.0, 20.0)
             model.level.norm.running_var.uniform_(50.0, 400.0)
     save_detector(path, Detector(
-        model=model.eval(), model_cfg=model_cfg, class_names=BINARY_CLASSES,
-        data_class_names=KNOWN_CLASSES, binary=True, features=SMALL_FEATURES,
+        model=model.eval(), model_cfg=model_cfg, class_names=classes,
+        data_class_names=KNOWN_CLASSES, binary=classes == BINARY_CLASSES,
+        features=SMALL_FEATURES,
         voting=VotingConfig(prob_mode="blend", rule="long_vote", vote_fraction=0.5),
         threshold=threshold, metrics={"test/file_f1": 0.5}, input_norm=input_norm))
     return path
@@ -72,12 +75,16 @@ def edge_seg_probs(out: Path, mel: np.ndarray) -> np.ndarray:
     return probs[:, rules["onnx"]["leak_column"]].reshape(mel.shape[:3])
 
 
-@pytest.mark.parametrize("input_norm", ["none", "clip_band"])
-def test_exported_scorer_matches_pytorch_on_a_split(tmp_path: Path, input_norm: str) -> None:
+@pytest.mark.parametrize(("input_norm", "classes"), [
+    ("none", BINARY_CLASSES), ("clip_band", BINARY_CLASSES),
+    ("none", KNOWN_CLASSES),       # the default: every data class, level kept (input_norm none)
+], ids=["binary-none", "binary-clip_band", "5-class-none"])
+def test_exported_scorer_matches_pytorch_on_a_split(tmp_path: Path, input_norm: str,
+                                                    classes: tuple[str, ...]) -> None:
     split = write_split(tmp_path / "test.h5", "test", dtype="float32")
     with open_split(split) as reader:
         mel = reader.read_files(slice(None))                         # (F, L, S, M, T)
-    first = detector_file(tmp_path / "probe.pt", input_norm=input_norm)
+    first = detector_file(tmp_path / "probe.pt", input_norm=input_norm, classes=classes)
     scores = np.sort(file_scores(torch_seg_probs(first, mel), "long_vote", 0.5))
     # a threshold in the widest gap between file scores of the middle half: both decisions
     # occur, and no score lies within the 1e-4 tolerance of it
@@ -86,7 +93,8 @@ def test_exported_scorer_matches_pytorch_on_a_split(tmp_path: Path, input_norm: 
     k = quarter + int(np.argmax(gaps))
     threshold = float(scores[k] + scores[k + 1]) / 2
     assert scores[k + 1] - scores[k] > 1e-3
-    path = detector_file(tmp_path / "detector.pt", threshold=threshold, input_norm=input_norm)
+    path = detector_file(tmp_path / "detector.pt", threshold=threshold, input_norm=input_norm,
+                         classes=classes)
     out = tmp_path / "edge"
 
     assert main(["export", "--format", "onnx", "--model", str(path), "--out", str(out)]) == 0
@@ -101,8 +109,9 @@ def test_exported_scorer_matches_pytorch_on_a_split(tmp_path: Path, input_norm: 
     np.testing.assert_array_equal(decide[0], decide[1])
     assert 0 < decide[1].sum() < len(mel)
     assert rules["input_norm"] == input_norm and rules["threshold"] == threshold
-    assert rules["class_names"] == list(BINARY_CLASSES)
-    assert rules["onnx"]["output_columns"] == [*BINARY_CLASSES, "leak_prob"]
+    assert rules["class_names"] == list(classes)
+    assert rules["onnx"]["output_columns"] == [*classes, "leak_prob"]
+    assert rules["onnx"]["leak_column"] == len(classes)
     assert rules["features"]["n_mels"] == SMALL_FEATURES.n_mels
     assert rules["calibration"]["method"] == "identity"       # none fitted: the score itself
     assert rules["prob_threshold"] == threshold

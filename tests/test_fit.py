@@ -60,8 +60,17 @@ EPOCH_METRICS = ("train/loss", "train/accuracy", "train/lr", "train/grad_norm_me
                  "val/pred_share/LEAK")
 
 
+# A learning network clears these; exact figures depend on the CPU's float kernels. Measured
+# here: val F1 and ROC-AUC 1.0 from epoch 1 in both label modes (the alternative kernels of
+# `make test-kernels` too); the same network left untrained (learning rate 1e-12) reads F1
+# 0.55 / 0.42 and ROC-AUC 0.70 / 0.41 (5-class / binary). 4 LEAK files of 20: F1 0.75 allows
+# about two wrong files.
+LEARNED_F1 = 0.75
+LEARNED_ROC_AUC = 0.9
+
+
 @pytest.mark.parametrize("binary", [False, True])
-def test_fit_finds_every_leak_in_both_label_modes(train_cfg: TrainConfig, tmp_path: Path,
+def test_fit_learns_the_leaks_in_both_label_modes(train_cfg: TrainConfig, tmp_path: Path,
                                                   binary: bool) -> None:
     tracker, seen = RecordingTracker(), []
     result = _fit(train_cfg, tmp_path, binary, tracker=tracker,
@@ -69,8 +78,8 @@ def test_fit_finds_every_leak_in_both_label_modes(train_cfg: TrainConfig, tmp_pa
     assert [step for step, _ in tracker.logged] == [0, 1, 2] == [e for e, _ in seen]
     for _, metrics in tracker.logged:
         assert set(EPOCH_METRICS) <= set(metrics)
-    assert result.best_metrics["val/file_f1"] == 1.0
-    assert result.best_metrics["val/file_recall"] == 1.0
+    assert result.best_metrics["val/file_f1"] >= LEARNED_F1, result.best_metrics
+    assert result.best_metrics["val/file_roc_auc"] >= LEARNED_ROC_AUC, result.best_metrics
     assert len(result.history) == 3 and result.epochs_run == 3
     grid = threshold_grid(DECISION.threshold_min, DECISION.threshold_max,
                           DECISION.threshold_step)
@@ -147,6 +156,8 @@ def test_lazy_compile_failure_is_not_swallowed(train_cfg: TrainConfig, tmp_path:
 
 
 def test_early_stopping_ends_a_flat_run(train_cfg: TrainConfig, tmp_path: Path) -> None:
+    # lr 1e-12: parameters move by about 1e-12 (and the model has no batch norm), far too
+    # little to change a val decision, so val F1 is flat whatever the float kernels
     flat = dataclasses.replace(train_cfg, epochs=10, learning_rate=1e-12, eta_min=0.0,
                                early_stop_patience=2)
     result = _fit(flat, tmp_path)

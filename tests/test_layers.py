@@ -19,15 +19,20 @@ Where a change goes (docs/architecture.md says the same):
 - model (LeakCNN), data (HDF5 format, batch sources);
 - inference (the exact fast form), index, preload, validate, build: what the early stages do;
 - scoring: the one loop that runs a network over batches of whole files;
-- detector: the network and detector files;
-- predict_rows: predict's output rows; predict: leak decisions for recordings (files, or
-  waveforms in memory);
+- stats_model: the logger_stats model as a torch module (beside the CNN's model);
+- detector: the network and detector files; stats_detector: the logger_stats kind of detector
+  file, and loading a detector of any kind;
+- predict_rows: predict's output rows; predict_inputs (the recordings read and checked) and
+  predict_target (where the rows go, which detector wrote them), peers; predict_stats: a
+  logger_stats detector's rows; predict: leak decisions for recordings (files, or waveforms in
+  memory), any detector kind;
 - serve: predict as an MLflow pyfunc model (evaluate logs it); export: the scoring network as
   ONNX with its rules as JSON; explain: band occlusion and a figure per recording (peers);
 - train, evaluate: the stages that fit and judge a network, peers;
 - tune (calls train's fit), baselines (reuses evaluate's figures), realcheck (all three),
   study (the segmentation grid as queued DVC experiments);
 - cv: grouped cross-validation of the CNN (train, evaluate) and the baselines;
+- ship: the detector of the kind cv selected;
 - commands: argument parsing, one call each; then cli, the dispatch table.
 """
 
@@ -50,16 +55,20 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("files", "metric_names", "config", "code_digest"),
     ("runtime", "allocator", "tracking", "monitor", "plots_page"),
     ("decision", "audio", "features"),
-    ("model", "data"),
+    ("model", "data", "stats_model"),
     ("inference", "index", "preload", "validate", "build"),
     ("scoring",),
     ("detector",),
+    ("stats_detector",),
     ("predict_rows",),
+    ("predict_inputs", "predict_target"),
+    ("predict_stats",),
     ("predict",),
     ("serve", "export", "explain"),
     ("train", "evaluate"),
     ("tune", "baselines", "realcheck", "study", "adapt"),
     ("cv",),
+    ("ship",),
     ("commands",),
     ("cli",),
 )
@@ -128,7 +137,7 @@ def test_no_import_cycles() -> None:
 
 
 @pytest.mark.parametrize(("unit", "expected"),
-                         [("train", 12), ("scoring", 7), ("serve", 11), ("cli", 16)])
+                         [("train", 15), ("scoring", 7), ("serve", 14), ("cli", 20)])
 def test_layer_table_reads_as_documented(unit: str, expected: int) -> None:
     assert LAYER_OF[unit] == expected
 

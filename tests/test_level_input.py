@@ -45,6 +45,7 @@ from tests.helpers_h5 import SMALL_FEATURES
 
 LEVEL_MODEL = dataclasses.replace(SMALL_MODEL, level_input=True)
 OFFSET_DB = 17.0
+LEARNED_VAL_LOSS = 0.3      # binary val loss of a network that learned the level cue
 
 _one_thread = pytest.fixture(autouse=True)(one_torch_thread)
 _keep_logging = pytest.fixture(autouse=True)(restore_logging)
@@ -225,7 +226,11 @@ def test_fit_with_level_input_learns_and_its_network_round_trips(tmp_path: Path)
                  class_counts=np.bincount(train_y, minlength=2).tolist(),
                  tracker=NullTracker(), checkpoint_dir=tmp_path / "ckpt",
                  features={"n_mels": N_MELS})
-    assert result.best_metrics["val/file_f1"] == 1.0
+    # learned: val F1 says little here (the level cue separates the files even untrained), the
+    # loss does. Measured here: val loss 0.15, 0.016, 0.013 over the epochs (the alternative
+    # kernels of `make test-kernels` too); untrained (learning rate 1e-12) it stays at 0.63,
+    # near chance (ln 2 = 0.69); a float-kernel difference cannot close that gap.
+    assert min(h["val/loss"] for h in result.history) < LEARNED_VAL_LOSS, result.history
     assert int(result.model.level.norm.num_batches_tracked) > 0
     best = ck.load_checkpoint(result.best_checkpoint)
     assert best["config"]["model"]["level_input"] is True

@@ -167,7 +167,7 @@ def test_block_wise_checks_equal_the_whole_file_checks(tmp_path: Path,
     (tmp_path / "cut.wav").write_bytes(raw[:-999])   # and a truncated copy
     monkeypatch.setattr(audio_io, "BLOCK_FRAMES", 3001)
     cfg = tiny_build_cfg
-    job = _Job(cfg.features, 2, cfg.min_clip_fraction, False, cfg.quality)
+    job = _Job(cfg.features, 2, cfg.min_clip_fraction, False, cfg.quality, cfg.stats)
     for name in ("bad.wav", "cut.wav"):
         result = process_recording(job, 0, tmp_path / name)
         audio = read_frames(tmp_path / name)
@@ -202,7 +202,7 @@ def test_peak_memory_is_flat_in_the_length(tmp_path: Path, tiny_build_cfg: Build
     short = write(tmp_path / "30s.wav", 30.0, 8000, 2, "PCM_16")
     long = write(tmp_path / "2min.wav", 120.0, 8000, 2, "PCM_16", seed=1)
     cfg = tiny_build_cfg
-    job = _Job(cfg.features, 2, cfg.min_clip_fraction, False, cfg.quality)
+    job = _Job(cfg.features, 2, cfg.min_clip_fraction, False, cfg.quality, cfg.stats)
     detector = load_detector(_detector(tmp_path / "detector.pt"))
     runtime = make_runtime("cpu", "auto", device_key="--device")
 

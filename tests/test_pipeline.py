@@ -126,14 +126,19 @@ def test_repro_builds_every_output(reproduced: tuple[Path, str]) -> None:
     lock = yaml.safe_load((project / "dvc.lock").read_text())
     assert set(lock["stages"]) == {"check", "synth", "field", "index", "build", "validate",
                                    "preload", "train", "evaluate", "baselines", "tune", "adapt",
-                                   "crossval"}
+                                   "crossval", "ship"}
     for output in ("models/model.pt", "metrics/train.json", "metrics/eval.json",
                    "metrics/baselines.json", "plots/baselines/comparison.json",
                    "metrics/tune.json", "tuning/best_params.yaml", "reports/preload.json",
                    "reports/validation.json", "reports/predictions.csv", "reports/model_card.md",
                    "models/adapted_detector.pt", "metrics/adapt.json", "plots/adapt/rounds.csv",
-                   "metrics/cv.json", "reports/cv_predictions.csv", "plots/cv/folds.png"):
+                   "metrics/cv.json", "reports/cv_predictions.csv", "plots/cv/folds.png",
+                   "reports/cv_predictions_recordings.csv", "models/shipped.pt",
+                   "metrics/ship.json"):
         assert (project / output).is_file(), output
+    cv = json.loads((project / "metrics" / "cv.json").read_text())
+    ship = json.loads((project / "metrics" / "ship.json").read_text())
+    assert ship["kind"] == cv["selected"] and ship["method"] == "auto"   # what cv picked
 
 
 def test_second_repro_does_nothing(reproduced: tuple[Path, str]) -> None:

@@ -12,6 +12,7 @@ import ast
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import sysconfig
@@ -40,7 +41,12 @@ from leakpipe.predict_rows import COLUMNS
 from leakpipe.serve.model import OUTPUT_COLUMNS, input_example, log_served_detector, served_rules
 from leakpipe.serve.server import default_model, serve_command
 from leakpipe.tracking import start_run
-from tests.helpers_detector import SMALL_MODEL, copied_store, save_small_detector
+from tests.helpers_detector import (
+    SMALL_MODEL,
+    copied_store,
+    restore_logging,
+    save_small_detector,
+)
 from tests.helpers_predict import read_predictions
 from tests.test_dvc_deps import module_file
 from tests.test_ui import HOST, STOP_S, _free_port, _listening_addresses, _stop, _wait_for
@@ -97,7 +103,7 @@ def _records(wavs: list[Path]) -> list[dict]:
 def _predicted(served: Served) -> dict[str, dict[str, str]]:
     out = served.root / "predict.csv"
     assert main(["predict", *map(str, served.wavs), "--model", str(served.detector),
-                 "--out", str(out), "--no-progress", "--device", "cpu"]) == 0
+                 "--out", str(out), "--force", "--no-progress", "--device", "cpu"]) == 0
     return read_predictions(out)
 
 
@@ -144,7 +150,7 @@ def test_loaded_model_answers_like_predict(served: Served) -> None:
 def test_unusable_recordings_get_error_rows_and_the_rest_an_answer(served: Served) -> None:
     good = _records(served.wavs[:1])[0]
     frame = pd.DataFrame([
-        {"waveform": [0.1] * 100, "sample_rate": 8000, "id": "short"},
+        {"waveform": [0.1, -0.1] * 50, "sample_rate": 8000, "id": "short"},
         {**good, "id": "nan", "waveform": [float("nan")] + good["waveform"][1:]},
         {**good, "id": "rate", "sample_rate": 0},
         good,
@@ -165,6 +171,49 @@ def test_unusable_recordings_get_error_rows_and_the_rest_an_answer(served: Serve
     assert answers[0]["band_hz"] is None and answers[0]["band_limited"] is None
     assert (answers[3]["band_hz"], answers[3]["band_limited"]) == (4000.0, False)   # 8 kHz
     assert answers[3]["leak_prob"] == answers[4]["leak_prob"]
+
+
+def _invoke(model: mlflow.pyfunc.PyFuncModel, records: list[dict]) -> list[dict]:
+    """What `leakpipe serve` answers a POST of ``records`` to /invocations: MLflow's scoring
+    server's own handler (its JSON parsing against the signature, then the model), without
+    the HTTP."""
+    from mlflow.pyfunc.scoring_server import invocations
+
+    answer = invocations(json.dumps({"dataframe_records": records}), "application/json", model,
+                         model.metadata.get_input_schema())
+    assert answer.status == 200, answer.response
+    return json.loads(answer.response)["predictions"]
+
+
+def test_a_dead_or_constant_recording_is_unusable_never_noleak(served: Served) -> None:
+    """Issue #35 case 2: all zeros, or any constant, is a dead logger: ``unusable`` with the
+    reason and no decision, while the recordings beside it are answered."""
+    good = _records(served.wavs[:1])[0]
+    n = len(good["waveform"])
+    records = [{**good, "id": "zeros", "waveform": [0.0] * n},
+               {**good, "id": "constant", "waveform": [0.25] * n}, good]
+    answers = _invoke(mlflow.pyfunc.load_model(served.uri), records)
+    assert [a["status"] for a in answers] == ["unusable", "unusable", "ok"]
+    for answer, says in zip(answers[:2], ("dead (constant, all zero)", "dead (constant)"),
+                            strict=True):
+        assert answer["decision"] == "" and answer["leak_prob"] is None
+        assert answer["notes"].startswith(f"{answer['id']}: channel 0 is {says}")
+        assert "no leak decision" in answer["notes"]
+    assert answers[2]["decision"] in ("LEAK", "NOLEAK")
+
+
+def test_a_rate_that_is_not_a_whole_number_is_refused_as_sent(served: Served) -> None:
+    """Issue #35 case 10: MLflow's parser once cast 4096.5 to the schema's integer (4096)
+    before leakpipe saw it; the rate is refused as the client sent it, the rows beside it are
+    answered."""
+    good = _records(served.wavs[:1])[0]
+    records = [{**good, "id": "half", "sample_rate": 4096.5}, {**good, "id": "text",
+                                                                 "sample_rate": "8k"}, good]
+    answers = _invoke(mlflow.pyfunc.load_model(served.uri), records)
+    assert [a["status"] for a in answers] == ["error", "error", "ok"]
+    assert answers[0]["notes"] == ("half: sample_rate must be a positive whole number of Hz, "
+                                   "got 4096.5")
+    assert answers[1]["notes"].endswith('got "8k"')
 
 
 # Loads the model in a fresh interpreter, scores one recording and prints the names and files
@@ -273,6 +322,35 @@ def test_a_detector_without_scoring_rules_is_refused(tmp_path: Path) -> None:
                               None, None)
     with pytest.raises(DataError, match="re-run evaluate"):
         served_rules(load_detector(old))
+
+
+_keep_logging = pytest.fixture(name="_keep_logging")(restore_logging)
+
+
+def test_a_port_out_of_range_is_refused_while_parsing(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue #35 case 5: `--port 99999` is an argument error (exit 2), not MLflow's traceback."""
+    with pytest.raises(SystemExit) as stopped:
+        main(["serve", "--model", "models:/x@champion", "--port", "99999"])
+    assert stopped.value.code == 2
+    error = capsys.readouterr().err.splitlines()[-1]
+    assert error.endswith("argument --port: must be 1 to 65535, got 99999")
+
+
+@pytest.mark.usefixtures("_keep_logging")
+def test_a_busy_port_is_one_line_before_anything_starts(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue #35 case 5: a port another server listens on is one `error:` line and exit 3,
+    said before the model is looked up or MLflow's server started."""
+    with socket.socket() as taken:
+        taken.bind((HOST, 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        code = main(["serve", "--model", "models:/x@champion", "--port", str(port)])
+    err = capsys.readouterr().err
+    assert code == 3 and "Traceback" not in err
+    assert err == (f"error: --port {port}: already in use on {HOST} (another server?); "
+                   "choose another --port\n")
 
 
 def test_serve_runs_mlflow_models_serve_in_this_environment() -> None:

@@ -232,6 +232,8 @@ def test_sim_to_real_end_to_end(tmp_path: Path, real_like: Path, detector_file: 
     assert set(few["beats"]["pooled"]) == {"finetune_vs_scratch", "finetune_vs_synthetic"}
     versus = few["new_leak_vs_background"]                       # folds holding out a leak
     assert set(versus["synthetic"]["folds"]) == {"LEAK/rec0.wav", "LEAK/rec1.wav"}
+    # not a training outcome: at lr 1e-8 the fine-tuned scores are the detector's (to 1e-3,
+    # above), which ranks clips by level, 54 dB apart
     assert versus["synthetic"]["mean_roc_auc"] == versus["finetune"]["mean_roc_auc"] == 1.0
 
     out, png = tmp_path / "out" / "s2r.json", tmp_path / "out" / "s2r.png"
@@ -247,7 +249,9 @@ def test_a_held_out_noleak_leaves_training_without_negatives(tmp_path: Path,
     summary = sim_to_real(detector_file, root, _base_cfg(), cfg, resamples=10, **_shared())
     folds = {f["held_out"]: f for f in summary["few_shot"]["folds"]}
     assert folds["NOLEAK/rec0.wav"]["val_has_both_classes"] is False
-    # trained on leaks only, the model from scratch calls the held-out no-leak clips LEAK
+    # trained on leaks only, the model from scratch calls the held-out no-leak clips LEAK; a
+    # decision with room on any CPU: their scores are about 0.60 here, the threshold fit chose
+    # on the LEAK-only val clips 0.26
     assert folds["NOLEAK/rec0.wav"]["scratch"]["share_called_leak"] == 1.0
     assert folds["NOLEAK/rec0.wav"]["scratch"]["share_correct"] == 0.0
     assert folds["LEAK/rec0.wav"]["val_has_both_classes"] is True

@@ -53,6 +53,10 @@ TRAIN = {"epochs": 3, "batch_size": 32, "learning_rate": 0.01, "eta_min": 1e-4,
 DECISION = {"threshold_min": 0.1, "threshold_max": 0.85, "threshold_step": 0.15}
 MONITOR = {"interval_s": 0.05, "mlflow_interval_s": 0.5}
 HISTORY_COLUMNS = ("epoch", "train/loss", "val/loss", "val/file_f1", "train/lr")
+# What a network that learned the easy splits clears on any CPU (exact figures depend on the
+# float kernels): measured val F1 / ROC-AUC 1.0 at epochs 1-2 with default and `make
+# test-kernels` kernels, 0.4-0.5 / 0.52-0.79 after epoch 0; all-LEAK gives F1 0.33.
+LEARNED_F1, LEARNED_ROC_AUC = 0.75, 0.9
 _TEMPLATE: dict[str, Path] = {}
 
 
@@ -183,7 +187,8 @@ def test_stage_writes_the_network_and_the_threshold_chosen_on_val(trained: Train
     assert trained.rc == 0
     metrics = read_metrics(trained.ws)
     network = load_network(trained.ws.model)
-    assert metrics["val"]["file_f1"] == 1.0                       # easy data: every leak found
+    assert metrics["val"]["file_f1"] >= LEARNED_F1, metrics["val"]        # easy data: learned
+    assert metrics["val"]["file_roc_auc"] >= LEARNED_ROC_AUC, metrics["val"]
     assert metrics["val"]["file_threshold"] == metrics["threshold"] != 0.5
     raw = torch.load(trained.ws.model, weights_only=True)
     assert raw["format"] == "leakpipe.network"
@@ -247,7 +252,10 @@ def test_confusion_artifact_is_the_best_epochs(trained: Trained) -> None:
     assert confusion == best["confusion"]
     files = np.asarray(confusion["file"])                           # [[tn, fp], [fn, tp]]
     val_files = 8 * len(KNOWN_CLASSES)
-    assert files.sum() == val_files and files[1, 1] == 8 and files[0, 1] == 0
+    assert files.sum() == val_files and files[1].sum() == 8          # 8 LEAK files in val
+    (_, fp), (fn, tp), metrics = files, read_metrics(trained.ws)    # the best epoch's figures
+    assert confusion["threshold"] == metrics["threshold"]
+    assert 2 * tp / (2 * tp + fp + fn) == pytest.approx(metrics["val"]["file_f1"])
     assert np.asarray(confusion["segment"]).sum() == val_files * 49
 
 

@@ -114,8 +114,12 @@ def _one_recording(label: int) -> Callable[[h5py.File], None]:
     """Every clip of class ``label`` gets one recording id: many clips, one recording."""
     def edit(h5: h5py.File) -> None:
         ids = h5["recording_id"][:]
-        ids[h5["labels"][:] == label] = b"the-only-one"
+        rows = h5["labels"][:] == label
+        ids[rows] = b"the-only-one"
         h5["recording_id"][:] = ids
+        stats = h5["recording_stats"][:]        # one recording: one set of statistics
+        stats[rows] = stats[np.flatnonzero(rows)[0]]
+        h5["recording_stats"][:] = stats
     return edit
 
 

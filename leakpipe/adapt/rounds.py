@@ -14,13 +14,15 @@
   scores are not the seed's, so neither is their map), and the val figures there: the figure
   a round must not worsen beyond ``adapt.tolerance``.
 - ``rejection``: why a round is rejected (val file F1, and with ``adapt.check_guard`` the
-  labelled field check set's file F1, more than ``tolerance`` below the previous accepted
-  round's), or "" to accept it.
+  labelled field check set's file F1, more than ``tolerance`` below the seed detector's), or
+  "" to accept it. Always the seed's, never the previous accepted round's: against the
+  previous round, rounds that each lose a little could together lose any amount.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +32,7 @@ import numpy as np
 
 from leakpipe.adapt.field import FieldScores, FieldSet
 from leakpipe.adapt.pseudo import LEAK, Pseudo, pack_rows
-from leakpipe.config import DecisionConfig, EvaluateConfig, TrainConfig
+from leakpipe.config import DecisionConfig, EvaluateConfig, QualityConfig, TrainConfig
 from leakpipe.data.reader import open_split
 from leakpipe.data.schema import leak_index
 from leakpipe.data.writer import SplitWriter
@@ -159,10 +161,12 @@ class ValChoice:
 
 def choose_on_val(network: Network, val_path: Path, plan: Mapping[str, Any],
                   decision: DecisionConfig, evaluate: EvaluateConfig, runtime: Runtime,
-                  min_clip_fraction: float, domain: DomainReference | None = None) -> ValChoice:
+                  min_clip_fraction: float, domain: DomainReference | None = None,
+                  quality: QualityConfig | None = None) -> ValChoice:
     """Score val, choose the operating point and fit the calibration as evaluate does, the
     detector that results; it carries ``domain``, the seed's reference (the band profiles of
-    the labelled training recordings do not change with the network's weights)."""
+    the labelled training recordings do not change with the network's weights), and
+    ``quality``, the seed's signal checks."""
     limits = batch_limits(plan, evaluate)
     batches = open_batches(val_path, plan["placement"], network.model_cfg, runtime.device,
                            limits, network.binary, network.input_norm)
@@ -186,7 +190,7 @@ def choose_on_val(network: Network, val_path: Path, plan: Mapping[str, Any],
         threshold=point.threshold,
         metrics={f"val/file_{k}": v for k, v in figures.items() if np.isfinite(v)},
         batch_limits=limits, min_clip_fraction=min_clip_fraction,
-        calibration=fit_platt(file_score, truth), domain=domain)
+        calibration=fit_platt(file_score, truth), domain=domain, quality=quality)
     return ValChoice(detector, point, figures)
 
 
@@ -197,14 +201,22 @@ def set_figures(truth: np.ndarray, scores: np.ndarray, threshold: float) -> dict
     return figures
 
 
-def rejection(r: int, previous: Mapping[str, Any], val_f1: float, check_f1: float | None, *,
-              tolerance: float, check_guard: bool) -> str:
-    """Why round ``r`` is rejected against the ``previous`` accepted round's entry, or ""."""
-    kept = previous["round"]
-    for name, now, guard in (("val", val_f1, True), ("field check set", check_f1, check_guard)):
-        key = "val" if name == "val" else "check"
-        before = (previous.get(key) or {}).get("f1")
-        if guard and now is not None and before is not None and now < before - tolerance:
-            return (f"round {r} rejected: {name} file F1 {now:.4f} is more than {tolerance:g} "
-                    f"below round {kept}'s {before:.4f}; round {kept}'s detector stands")
+def rejection(r: int, seed: Mapping[str, Any], val_f1: float, check_f1: float | None, *,
+              tolerance: float, check_guard: bool, standing: int) -> str:
+    """Why round ``r`` is rejected against the ``seed`` round's entry (round 0), or "".
+
+    A figure more than ``tolerance`` below the seed's, or not a number where the seed's is
+    (the worst score, as NaN is to early stopping), rejects the round; a figure the seed
+    lacks (no check set) guards nothing. ``standing`` is the round whose detector stands."""
+    for name, key, now, guard in (("val", "val", val_f1, True),
+                                  ("field check set", "check", check_f1, check_guard)):
+        before = (seed.get(key) or {}).get("f1")
+        if not guard or now is None or before is None or not math.isfinite(before):
+            continue
+        if math.isfinite(now) and now >= before - tolerance:
+            continue
+        worse = (f"{now:.4f} is more than {tolerance:g} below" if math.isfinite(now)
+                 else "is not a number, against")
+        return (f"round {r} rejected: {name} file F1 {worse} the seed's {before:.4f}; "
+                f"round {standing}'s detector stands")
     return ""

@@ -9,9 +9,10 @@
    split plus the pseudo-labelled pool segments (``leakpipe.adapt.rounds``), re-chooses the
    operating point on val and scores the labelled field check set: a round whose val file F1
    (with ``adapt.check_guard`` also its check-set file F1) falls more than
-   ``adapt.tolerance`` below the previous accepted round's is rejected, nothing of it is kept
-   as the result, and adaptation stops with that reason. An accepted round's pool
-   pseudo-labels feed the next round.
+   ``adapt.tolerance`` below the seed detector's (round 0's, whichever round came before, so
+   small losses cannot add up over rounds) is rejected, nothing of it is kept as the result,
+   and adaptation stops with that reason. An accepted round's pool pseudo-labels feed the
+   next round.
 2. The newest accepted round becomes models/adapted.pt (network) and
    models/adapted_detector.pt (with its operating point), with metrics/adapt.json, the
    per-round table and figure, and one MLflow run with a child run per round (named
@@ -218,9 +219,10 @@ def _adapt_round(run: _Run, r: int) -> None:
                             checkpoint_dir=folder / "checkpoints", progress=run.progress)
         choice = _choose(run, network)
         check = _check_figures(run, choice.detector)
-        reason = rejection(r, previous, choice.figures["f1"],
+        reason = rejection(r, state.seed, choice.figures["f1"],
                            check["f1"] if check is not None else None,
-                           tolerance=a.tolerance, check_guard=a.check_guard)
+                           tolerance=a.tolerance, check_guard=a.check_guard,
+                           standing=previous["round"])
         if reason:
             log.warning("adapt: %s", reason)
             entry = {"round": r, "status": REJECTED, "threshold": choice.point.threshold,
@@ -240,7 +242,8 @@ def _adapt_round(run: _Run, r: int) -> None:
 def _choose(run: _Run, network: Network) -> Any:
     c = run.cfgs
     return choose_on_val(network, run.paths.val, run.plan, c.decision, c.evaluate, run.runtime,
-                         c.build.min_clip_fraction, domain=run.seed.domain)
+                         c.build.min_clip_fraction, domain=run.seed.domain,
+                         quality=run.seed.quality)
 
 
 def _check_figures(run: _Run, detector: Detector) -> dict[str, float] | None:

@@ -81,6 +81,11 @@ class AdaptState:
             "stop_reason": self.stop_reason, "rounds": self.rounds})
 
     @property
+    def seed(self) -> dict[str, Any]:
+        """Round 0: the seed detector as it stands, what every round is guarded against."""
+        return self.rounds[0]
+
+    @property
     def accepted(self) -> dict[str, Any]:
         """The newest round whose model stands (the seed when none was accepted)."""
         return next(e for e in reversed(self.rounds) if e["status"] != "rejected")

@@ -3,7 +3,10 @@
 libsndfile (through soundfile) does the decoding. WAV files get one extra look at their RIFF
 chunks: a header that claims more data than the file holds (a recorder that died mid-write) is
 read up to the last whole frame with one WARNING, and if libsndfile refuses such a file outright
-the frames are decoded here from the RIFF chunks with numpy. Every unusable recording raises
+the frames are decoded here from the RIFF chunks with numpy. A header whose data size is 0
+while audio follows (the recorder died before it wrote the size; libsndfile reads no frames
+from it) is recovered the same way: every whole frame to the end of the file, decoded from the
+RIFF chunks, with the same WARNING ("header claims 0 frames ..."). Every unusable recording raises
 ``AudioError`` with a one-line message naming the file and the reason.
 
 ``waveform_source`` wraps samples already in memory (a served request) so they take the same
@@ -60,7 +63,7 @@ class Audio:
     data: np.ndarray  # (frames, channels) float32, full scale = 1
     sample_rate: int
     subtype: str      # libsndfile's sample format: PCM_16, PCM_24, PCM_32, FLOAT, ...
-    claimed_frames: int | None = None  # a truncated WAV's header frame count; None if whole
+    claimed_frames: int | None = None  # a truncated (or unsized: 0) WAV's header frame count
 
 
 @dataclass(frozen=True)
@@ -72,7 +75,7 @@ class AudioSource:
     channels: int
     frames: int                 # frames in the file (a truncated WAV: its whole frames)
     subtype: str                # libsndfile's sample format: PCM_16, PCM_24, PCM_32, FLOAT, ...
-    claimed_frames: int | None  # a truncated WAV's header frame count; None if whole
+    claimed_frames: int | None  # a truncated (or unsized: 0) WAV's header frame count
     layout: WavLayout | None   # its RIFF chunks, if it is a WAV
     refused: str = ""           # libsndfile's reason if it refused the file: RIFF-decoded
     samples: np.ndarray | None = None  # (frames, channels) float32 of an in-memory recording
@@ -143,6 +146,10 @@ def open_audio(path: Path) -> AudioSource:
     if path.stat().st_size == 0:
         raise AudioError(f"{path}: empty (0 bytes)")
     layout = wav_layout(path)
+    if layout is not None and layout.unsized:  # libsndfile believes the size: 0 frames
+        return _checked(AudioSource(path, layout.sample_rate, layout.channels,
+                                    layout.present_frames, wav_subtype(layout), 0, layout,
+                                    refused="its data size says 0 bytes"))
     claimed = layout.claimed_frames if layout is not None and layout.truncated else None
     try:
         info = sf.info(path)
@@ -153,6 +160,12 @@ def open_audio(path: Path) -> AudioSource:
             raise AudioError(_unreadable(path, exc)) from None
         source = AudioSource(path, layout.sample_rate, layout.channels, layout.present_frames,
                              wav_subtype(layout), claimed, layout, refused=_sf_reason(exc))
+    return _checked(source)
+
+
+def _checked(source: AudioSource) -> AudioSource:
+    """``source`` once its header is usable: a positive rate and some frames."""
+    path = source.path
     if source.sample_rate <= 0:  # libsndfile refuses 0 Hz, but the RIFF chunks hold it as is
         raise AudioError(f"{path}: invalid header: sample rate {source.sample_rate} Hz")
     if source.frames == 0:

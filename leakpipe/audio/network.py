@@ -6,8 +6,12 @@ single-class (a logger sits at a leaking pipe or it does not). A model that tell
 by their background can score well there without hearing leaks; this scenario lets grouped
 cross-validation measure how far a recipe does that (docs/synth.md). Every site has its own
 background, shared by all its recordings (ambient level, the fitting's colouring, mains hum,
-pump and machine lines, the logger's offset); most sites are single-class; a leak is usually,
-not always, louder than its site's background. The ranges and their reasons are below.
+pump and machine lines, the logger's offset); most sites are single-class. The night comes and
+goes around it (``leakpipe.audio.night``: traffic, customers' draw-offs, machinery in bursts,
+with quiet gaps between), while a leak runs steadily: a leak is louder than its site's quiet
+floor and often quieter than its loud moments, so the evidence is in the recording's quiet
+moments and its steadiness, not in a clip's mean spectrum. One network's loggers share a gain.
+The ranges and their reasons are below.
 
 Built from the benchmark's sources (``leakpipe.audio.sources``, ``tones_transients``) at sites
 drawn by ``draw_site``. Each recording has its own generator seeded by (seed, site, index), so
@@ -32,6 +36,7 @@ from tqdm import tqdm
 
 from leakpipe.audio import sources as src
 from leakpipe.audio import synth, tones_transients
+from leakpipe.audio.night import NightSite, draw_night_site, heard_rms, night_noise, pipe_floor
 from leakpipe.audio.site import (
     LEAK_AM_DEPTH_DB,
     LEAK_AM_RATE_HZ,
@@ -66,6 +71,8 @@ NETWORK_SITE_STREAM = 11     # a site's logger, fitting, machines and leak
 NETWORK_KINDS_STREAM = 12    # which sites leak
 NETWORK_RECORDING_STREAM = 13
 NETWORK_OFFSET_STREAM = 14   # which loggers have an offset
+NETWORK_GAIN_STREAM = 15     # the network's logger gain
+NETWORK_NIGHT_STREAM = 16    # a logger's own gain, its site's night (leakpipe.audio.night)
 
 # --- the logger ------------------------------------------------------------------------------
 # Noise loggers sample a few kHz: leak noise lies below ~1.5 kHz on metal pipes and a few
@@ -73,15 +80,21 @@ NETWORK_OFFSET_STREAM = 14   # which loggers have an offset
 # bursts at night, when demand and traffic are lowest (Hunaidi & Chu 1999).
 SAMPLE_RATE = 4096
 DURATION_S = (10.0, 20.0)
-# A fixed gain: a nominal site's ambient, as heard, sits here in the file (16-bit PCM keeps
-# ~45 dB below it, and the loudest leaks stay well below full scale).
-AMBIENT_DBFS = -50.0
+# One calibration: a nominal site's quiet floor, as heard, sits here at the nominal gain (16-bit
+# quantisation noise 35-45 dB below it; the night's loudest moments, ~30 dB above it, below
+# full scale). A network's loggers are one model set up alike: they share a gain, drawn per
+# network in +-NETWORK_GAIN_DB; each logger's sensitivity and mounting add +-LOGGER_GAIN_DB.
+# Absolute levels are therefore comparable across the sites of one network, not across
+# networks.
+AMBIENT_DBFS = -56.0
+NETWORK_GAIN_DB = 6.0
+LOGGER_GAIN_DB = 1.5
 # An ADC / amplifier offset on most loggers (in a measured city network 46 of 55 recordings
 # carry one, |mean| / RMS up to 0.78): DC_LOGGER_SHARE of the loggers (an exact count), sized
-# re the site's ambient RMS (log-uniform; tones and leaks lower |mean| / RMS), drifting by
-# +-DC_DRIFT between recordings with temperature and battery.
+# re the site's quiet floor (log-uniform; the night's events, tones and leaks lower |mean| /
+# RMS), drifting by +-DC_DRIFT between recordings with temperature and battery.
 DC_LOGGER_SHARE = 0.85
-DC_RATIO = (0.15, 2.0)
+DC_RATIO = (0.4, 5.0)
 DC_DRIFT = 0.2
 
 # --- sites -----------------------------------------------------------------------------------
@@ -93,10 +106,11 @@ NOLEAK_SHARE = 1.0 / 3.0     # of the sites that are not repaired
 # logged night after night (measured: 1.3 recordings per leak site, 3.2 per quiet one).
 COUNT_WEIGHTS: dict[str, tuple[float, float, float]] = {"leak": (0.5, 0.35, 0.15),
                                                         "noleak": (0.1, 0.3, 0.6)}
-# Ambient level re nominal: depth, soil and traffic make quiet and busy sites differ by ~12 dB;
-# it wanders by +-NIGHT_DB from night to night.
-SITE_LEVEL_DB = (-6.0, 6.0)
-NIGHT_DB = 2.0
+# The quiet floor (the ambient between events) re nominal: depth, soil and the pipe make sites
+# differ by a few dB; a busy street is the traffic of leakpipe.audio.night, not a louder floor.
+# It wanders by +-NIGHT_DB from night to night.
+SITE_LEVEL_DB = (-3.0, 3.0)
+NIGHT_DB = 1.0
 # The fitting (valve spindle, hydrant, chamber) the logger's magnet sits on: 1-3 structural
 # modes in the leak band, and a tilt from how stiffly it couples to the pipe.
 FITTING_MODES = (1, 3)
@@ -117,20 +131,19 @@ MACHINE_WANDER = 0.001
 MACHINE_WANDER_RATE_HZ = 0.5
 TONE_NIGHT_DB = 2.0          # the machines' load from night to night, +- dB
 # The leak at the logger (broadband, as heard: the level a logger reports) re a nominal site's
-# ambient at the reference pressure, dB, from masked to clearly audible (Hunaidi & Chu 1999).
-# The leak and the pipe set it, not the site's noise, which its SNR then subtracts: about one
-# leak site in five is below its ambient. Level alone ranks recordings at ROC-AUC ~0.8 (0.69-
-# 0.91 over 17 seeds; the measured network: 0.79; published real-network studies also find
-# peak amplitude the most informative single feature). It wanders +-LEAK_NIGHT_DB (pressure).
-LEAK_DB = (-5.0, 17.0)
+# floor at the reference pressure, dB, from barely above the floor to clearly audible. The leak
+# and the pipe set it, not the site's noise, which its SNR then subtracts: about 6 % of the
+# leak sites are below their floor, most (~70 %) below their street's typical vehicle, so a
+# weak leak shows only in the quiet gaps. It runs all night (a jet as steady as the pressure
+# behind it), wandering +-LEAK_NIGHT_DB from night to night.
+LEAK_DB = (0.0, 17.0)
 LEAK_NIGHT_DB = 1.5
-# Hard negatives, at the logger like the leak and as loud as a quiet one: a pressure-reducing
-# valve hissing every night at some sites (a fixture), customers' water use on some nights
-# (leak surveys record at the night minimum of demand). Normal flow noise: narrow, below 120 Hz.
+# Steady hard negatives, at the logger like the leak and as loud as a quiet one: a pressure-
+# reducing valve hissing all night at some sites (a fixture, as steady as a leak). Normal
+# flow noise: narrow, below 120 Hz. What comes and goes (traffic, customers' draw-offs,
+# machines cycling) is leakpipe.audio.night.
 PRV_SITE_SHARE = 0.2
 PRV_SNR_DB = (-3.0, 9.0)
-USE_SHARE = 0.25
-USE_SNR_DB = (-9.0, 6.0)
 FLOW_SHARE, FLOW_DB = 0.5, (-9.0, 3.0)
 TRANSIENT_RATE_HZ = 0.1      # few knocks, steps or passing cars at night, events per s
 
@@ -155,12 +168,20 @@ class NetworkSite:
     leak_distance_m: float
     leak_snr_db: float                               # its leak (if any) at the logger, dB
     dc_offset: float                                 # the logger's offset, full scale
+    gain_db: float                                   # the logger's gain re nominal, dB
+    night: NightSite                                 # what comes and goes at this site
 
 
 def _shuffled(seed: int, stream: int, values: list[T]) -> tuple[T, ...]:
     """``values`` in an order drawn from (seed, stream, how many): exact shares, any order."""
     rng = np.random.default_rng(np.random.SeedSequence([seed, stream, len(values)]))
     return tuple(values[i] for i in rng.permutation(len(values)))
+
+
+def network_gain_db(seed: int) -> float:
+    """The gain every logger of the network of ``seed`` shares, dB re nominal."""
+    rng = np.random.default_rng(np.random.SeedSequence([seed, NETWORK_GAIN_STREAM]))
+    return uniform(rng, (-NETWORK_GAIN_DB, NETWORK_GAIN_DB))
 
 
 def site_kinds(seed: int, n_sites: int) -> tuple[SiteKind, ...]:
@@ -218,12 +239,15 @@ def draw_network_site(seed: int, index: int, kind: SiteKind, has_dc: bool) -> Ne
     dc = has_dc * ratio * rng.choice([-1.0, 1.0]) * 10.0 ** ((AMBIENT_DBFS + level_db) / 20.0)
     classes = _recording_classes(rng, kind)
     lengths = tuple(int(round(uniform(rng, DURATION_S) * SAMPLE_RATE)) for _ in classes)
+    night_rng = np.random.default_rng(np.random.SeedSequence([seed, NETWORK_NIGHT_STREAM, index]))
+    gain_db = network_gain_db(seed) + uniform(night_rng, (-LOGGER_GAIN_DB, LOGGER_GAIN_DB))
     return NetworkSite(site=site, kind=kind, classes=classes, n_samples=lengths,
                        level_db=level_db, fitting=fitting, tilt_db_per_octave=tilt,
                        hum_db=hum_db, pump_db=pump_db, machine_hz=machine_hz,
                        machine_db=machine_db, prv_snr_db=prv_snr_db if has_prv else None,
                        leak_corner_hz=corner, leak_distance_m=distance,
-                       leak_snr_db=leak_snr_db, dc_offset=float(dc))
+                       leak_snr_db=leak_snr_db, dc_offset=float(dc), gain_db=gain_db,
+                       night=draw_night_site(night_rng))
 
 
 def network_sites(cfg: SynthConfig) -> list[NetworkSite]:
@@ -267,11 +291,6 @@ def _db(level_db: float) -> float:
     return float(10.0 ** (level_db / 20.0))
 
 
-def heard_rms(gain: np.ndarray, response: np.ndarray) -> float:
-    """RMS, as heard through ``response``, of unit-RMS noise of amplitude spectrum ``gain``."""
-    return float(np.sqrt(np.mean((gain * response) ** 2) / np.mean(gain**2)))
-
-
 def _leak(rng: np.random.Generator, n: int, ns: NetworkSite) -> np.ndarray:
     """The site's leak hiss (its own corner and distance), wandering slowly (any level)."""
     gain = src.leak_gain(np.fft.rfftfreq(n, 1.0 / SAMPLE_RATE), ns.site, ns.leak_corner_hz,
@@ -288,7 +307,7 @@ def render_network_recording(seed: int, ns: NetworkSite, index: int) -> np.ndarr
     leak changes nothing else: a repaired site's recordings differ by the leak, not the draws.
     """
     rng = recording_rng(seed, ns.site.index, index)
-    ambient_rng, tone_rng, use_rng, prv_rng, leak_rng, event_rng, elec_rng = rng.spawn(7)
+    ambient_rng, tone_rng, night_rng, prv_rng, leak_rng, event_rng, elec_rng = rng.spawn(7)
     site, sr, n = ns.site, SAMPLE_RATE, ns.n_samples[index]
     freqs = np.fft.rfftfreq(n, 1.0 / sr)
     response = sensor_response(freqs, site) * fitting_response(freqs, ns)
@@ -302,13 +321,15 @@ def render_network_recording(seed: int, ns: NetworkSite, index: int) -> np.ndarr
         mech += _db(uniform(ambient_rng, FLOW_DB)) * src.flow_noise(ambient_rng, n, sr, site)
     mech += tones_transients.transients(event_rng, n, sr, site, TRANSIENT_RATE_HZ)
     ambient = heard_rms(src.ambient_gain(freqs, site), response)
-    out = np.fft.irfft(np.fft.rfft(mech) * response, n) / ambient
+    floor_rng, night_rng = night_rng.spawn(2)
+    out = (np.fft.irfft(np.fft.rfft(mech) * response, n) / ambient
+           * np.sqrt(1.0 - ns.night.pipe_floor_share)
+           + pipe_floor(floor_rng, n, sr, site, ns.night, response))
     out *= _db(ambient_rng.uniform(-NIGHT_DB, NIGHT_DB))
     load = tone_rng.uniform(-TONE_NIGHT_DB, TONE_NIGHT_DB)
     out += heard(tones_transients.pump_tones(tone_rng, n, sr, site), ns.pump_db + load)
     out += _db(ns.machine_db + load) * machine_tones(tone_rng, n, sr, ns.machine_hz)
-    if use_rng.random() < USE_SHARE:
-        out += heard(src.water_use(use_rng, n, sr, site)[0], uniform(use_rng, USE_SNR_DB))
+    out += night_noise(night_rng, n, sr, site, ns.night, response)
     if ns.prv_snr_db is not None:
         out += heard(tones_transients.prv_noise(prv_rng, n, sr, site)[0],
                      ns.prv_snr_db + prv_rng.uniform(-NIGHT_DB, NIGHT_DB))
@@ -318,7 +339,7 @@ def render_network_recording(seed: int, ns: NetworkSite, index: int) -> np.ndarr
     out += _db(ns.hum_db) * tones_transients.mains_hum(elec_rng, n, sr, site)
     out += _db(SENSOR_NOISE_DB) * src.white_noise(elec_rng, n)
     offset = ns.dc_offset * (1.0 + elec_rng.uniform(-DC_DRIFT, DC_DRIFT))
-    written = out * _db(AMBIENT_DBFS + ns.level_db) + offset
+    written = out * _db(AMBIENT_DBFS + ns.gain_db + ns.level_db) + offset
     return np.clip(written, -1.0, 1.0).astype(np.float32)  # an ADC saturates
 
 

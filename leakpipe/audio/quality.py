@@ -15,7 +15,11 @@ recording of any length is checked without being in memory at once.
 A dead channel is reported as dead only (its DC ratio and clipping say nothing more).
 
 ``truncated`` is no signal check but a finding of the reader, reported the same way: a WAV
-whose header claims more frames than the file holds (``truncation``).
+whose header claims more frames than the file holds, or 0 frames while audio follows (a
+recorder that died before it wrote the size: ``truncation``).
+
+``DEAD_ONLY`` is the checks that need no threshold (a dead channel, refused): what the served
+model applies under a detector file written before detectors held `build.quality`.
 """
 
 from __future__ import annotations
@@ -30,6 +34,10 @@ CLIPPED = "clipped"
 DC_OFFSET = "dc_offset"
 DEAD = "dead"
 TRUNCATED = "truncated"  # whole file, from the reader (a flag unless in build.quality.reject)
+
+# No recording exceeds these bounds (a share of samples, and |mean| / RMS <= 1), so only the
+# dead check, which needs no threshold, can fail.
+DEAD_ONLY = QualityConfig(clip_fraction=1.0, dc_offset_max=1.0, reject=(DEAD,))
 
 FLOAT32_STEP = 2.0**-24   # spacing of float32 just below 1: nothing finer survives decoding
 BLOCK_FRAMES = 2**20      # frames decoded and reduced at a time (io reads in these blocks)
@@ -149,12 +157,17 @@ def check_signal(data: np.ndarray, subtype: str, cfg: QualityConfig) -> list[Iss
 
 
 def truncation(frames: int, claimed_frames: int | None) -> list[Issue]:
-    """``truncated`` when the header claimed more frames than were read (value: share read).
+    """``truncated`` when the header claimed other than the frames read (value: share read).
 
-    The frames that are there are real recording, so the file is kept; the issue puts it in
-    the build report, where the reader's WARNING alone (from a worker process, among many
-    lines) would be lost.
+    More claimed than there are: the recorder died mid-write. None claimed (a data size of 0)
+    with frames read: it died before it wrote the size, and every whole frame to the end of
+    the file was read (value 1). The frames that are there are real recording, so the file is
+    kept; the issue puts it in the build report, where the reader's WARNING alone (from a
+    worker process, among many lines) would be lost.
     """
+    if claimed_frames == 0 and frames:
+        return [Issue(TRUNCATED, -1, 1.0, f"truncated: header claims 0 frames, read {frames} "
+                                          "(the data size was never written)")]
     if claimed_frames is None or claimed_frames <= frames:
         return []
     share = frames / claimed_frames

@@ -2,9 +2,10 @@
 
 libsndfile reads WAV files, but refuses (or stops inside) some that recorders write: a header
 claiming more data than the file holds (the recorder died mid-write), a data size of
-0xFFFFFFFF ("until end of file"). ``wav_layout`` walks the chunks up to ``data`` and
-``decode_wav`` decodes frames from there, scaled as libsndfile scales them, so such a file is
-still read (``leakpipe.audio.io`` decides when).
+0xFFFFFFFF ("until end of file"), a data size of 0 with the audio after it (the recorder died
+before it went back to write the size: libsndfile then reads no frames). ``wav_layout`` walks
+the chunks up to ``data`` and ``decode_wav`` decodes frames from there, scaled as libsndfile
+scales them, so such a file is still read (``leakpipe.audio.io`` decides when).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ class WavLayout:
     data_offset: int  # byte offset of the first sample
     claimed_bytes: int  # size of the data chunk according to its header
     present_bytes: int  # bytes of the data chunk actually in the file
+    unsized: bool = False  # size 0 but frames follow: they run to the end of the file
 
     @property
     def claimed_frames(self) -> int:
@@ -45,7 +47,10 @@ class WavLayout:
 
     @property
     def present_frames(self) -> int:
-        return min(self.claimed_bytes, self.present_bytes) // self.block_align
+        """Whole frames to read: up to the claim, or to the end of an unsized data chunk."""
+        there = self.present_bytes if self.unsized else min(self.claimed_bytes,
+                                                            self.present_bytes)
+        return there // self.block_align
 
     @property
     def truncated(self) -> bool:
@@ -72,11 +77,22 @@ def wav_layout(path: Path) -> WavLayout | None:
                 present = size - offset
                 claimed = present if chunk_size == _UNKNOWN_SIZE else chunk_size
                 tag, channels, rate, block_align, bits = fmt
+                unsized = (chunk_size == 0 and present >= block_align
+                           and not _chunk_follows(f.read(8), present))
                 return WavLayout(tag, channels, rate, bits, block_align, offset, claimed,
-                                  present)
+                                 present, unsized)
             else:
                 f.seek(f.tell() + chunk_size + (chunk_size & 1))  # chunks are word-aligned
     return None
+
+
+def _chunk_follows(header: bytes, after_data: int) -> bool:
+    """Whether the bytes after a data chunk of size 0 are another chunk's header (an ID of four
+    printable ASCII characters and a size that fits the file): then the recording really is
+    empty, and those bytes are no audio."""
+    if len(header) < 8 or not all(0x20 <= b < 0x7F for b in header[:4]):
+        return False
+    return 8 + struct.unpack("<I", header[4:])[0] <= after_data
 
 
 def _parse_fmt(body: bytes) -> tuple[int, int, int, int, int] | None:

@@ -34,10 +34,11 @@ import numpy as np
 
 from leakpipe.baselines.data import ClipFeatures, check_compatible, read_features
 from leakpipe.baselines.models import FEATURE_SET, MFCC, hyper_grid, leak_scores, make_model
+from leakpipe.baselines.operating_point import choose_on_val
 from leakpipe.config import BaselinesConfig, DecisionConfig, EvaluateConfig
 from leakpipe.constants import LEAK_CLASS
-from leakpipe.decision.select import OperatingPoint, select_operating_point
-from leakpipe.decision.voting import decide, threshold_grid
+from leakpipe.decision.select import OperatingPoint
+from leakpipe.decision.voting import decide
 from leakpipe.errors import DataError
 from leakpipe.evaluate.bootstrap import bootstrap_intervals, paired_f1_difference
 from leakpipe.evaluate.figures import binary_figures, interval_metrics, prefixed, ranking_metrics
@@ -50,7 +51,7 @@ log = logging.getLogger(__name__)
 TRAIN, VAL, TEST = "train", "val", "test"
 CNN = "cnn"
 LEVEL_MODEL = "level_logreg"
-CLIP_RULE = "mean"           # one segment per "file": the rule's score is the clip score
+STATS_MODEL = "logger_stats"
 PLOT_FILE = "comparison.json"
 COMPARED = ("file_f1", "file_roc_auc")   # figures the comparison shows, with intervals
 
@@ -91,17 +92,6 @@ def model_inputs(split: ClipFeatures, name: str) -> np.ndarray:
 
 # -- selection on val ---------------------------------------------------------------------------
 
-def choose_on_val(scores: np.ndarray, truth: np.ndarray, ev: EvaluateConfig,
-                  decision: DecisionConfig) -> OperatingPoint:
-    """evaluate's operating-point choice (its criterion, the `decision` grid) for (F,) clip
-    scores of the VAL split."""
-    return select_operating_point(
-        scores[:, None, None], truth,
-        threshold_grid(decision.threshold_min, decision.threshold_max, decision.threshold_step),
-        rule=CLIP_RULE, vote_fraction=decision.vote_fraction, criterion=ev.criterion,
-        target=ev.target)
-
-
 def fit_and_select(name: str, train: ClipFeatures, val: ClipFeatures, cfg: BaselinesConfig,
                    ev: EvaluateConfig,
                    decision: DecisionConfig) -> tuple[Any, dict[str, Any], OperatingPoint, list]:
@@ -139,9 +129,37 @@ def split_figures(name: str, split: ClipFeatures, scores: np.ndarray, decision: 
     return out
 
 
+def evaluate_stats_model(splits: Mapping[str, ClipFeatures], cfg: BaselinesConfig,
+                         ev: EvaluateConfig, decision: DecisionConfig) -> ModelResult:
+    """logger_stats: fitted on the train recordings' statistics, ``C`` and threshold chosen on
+    the val recordings; every clip carries its recording's score, so the clip figures compare
+    with the other models', and the recording figures (the unit it decides) come beside them."""
+    from leakpipe.baselines import logger_stats as ls
+
+    tables = {name: ls.read_recordings(splits[name].path) for name in (TRAIN, VAL, TEST)}
+    fit = ls.fit_and_select(tables[TRAIN], tables[VAL], cfg.logger_stats, ev, decision)
+    point = fit.point
+    metrics = {"eval/threshold": point.threshold, "eval/criterion_value": point.value,
+               "eval/target_met": float(point.met)}
+    for split_name, bootstrap in ((VAL, False), (TEST, True)):
+        table, split = tables[split_name], splits[split_name]
+        scores = ls.leak_probability(fit.net, table.stats[:, fit.used])       # (R,)
+        decided = decide(scores, point.threshold)[0]
+        metrics.update(prefixed(f"{split_name}/recording",
+                                binary_figures(table.truth, decided, scores)))
+        clip = scores[table.clip_recording]                                   # (F,)
+        decision_clip = decide(clip, point.threshold)[0]
+        metrics.update(split_figures(split_name, split, clip, decision_clip, ev,
+                                     bootstrap=bootstrap))
+    return ModelResult(STATS_MODEL, {"C": fit.c, "forms": cfg.logger_stats.forms}, point,
+                       metrics, fit.grid, np.asarray(decision_clip, dtype=bool))
+
+
 def evaluate_model(name: str, splits: Mapping[str, ClipFeatures], cfg: BaselinesConfig,
                    ev: EvaluateConfig, decision: DecisionConfig) -> ModelResult:
     """Select on val, then apply the chosen model and threshold unchanged to test."""
+    if name == STATS_MODEL:
+        return evaluate_stats_model(splits, cfg, ev, decision)
     model, hyper, point, rows = fit_and_select(name, splits[TRAIN], splits[VAL], cfg, ev,
                                                decision)
     metrics = {"eval/threshold": point.threshold, "eval/criterion_value": point.value,

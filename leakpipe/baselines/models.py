@@ -29,8 +29,9 @@ from sklearn.svm import SVC
 from leakpipe.config import BaselinesConfig
 
 MODEL_NAMES: tuple[str, ...] = ("random_forest", "svm", "xgboost", "level_logreg")
-MFCC, LEVEL = "mfcc", "level"
-FEATURE_SET = {"random_forest": MFCC, "svm": MFCC, "xgboost": MFCC, "level_logreg": LEVEL}
+MFCC, LEVEL, STATS = "mfcc", "level", "stats"
+FEATURE_SET = {"random_forest": MFCC, "svm": MFCC, "xgboost": MFCC, "level_logreg": LEVEL,
+               "logger_stats": STATS}   # logger_stats: leakpipe.baselines.logger_stats
 CALIBRATION_FOLDS = 5
 LEAK = 1  # the positive label of the binary task
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
+from collections.abc import Callable
 from pathlib import Path
 
 DEFAULT_PARAMS = Path("params.yaml")
@@ -14,6 +16,25 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
     return value
+
+
+def param_int(section: type, name: str, key: str) -> Callable[[str], int]:
+    """argparse type of an option that stands in for params key ``key`` (field ``name`` of the
+    section dataclass ``section``): an integer within that key's bounds, so a value the params
+    check refuses is refused while the arguments are parsed, before any work."""
+    from leakpipe.config.loading import bound_problem
+
+    bounds = next(f.metadata for f in dataclasses.fields(section) if f.name == name)
+
+    def parse(text: str) -> int:
+        value = int(text)
+        problem = bound_problem(value, bounds)
+        if problem:
+            raise argparse.ArgumentTypeError(f"{problem} (the rule of {key})")
+        return value
+
+    parse.__name__ = "int"   # argparse names the type in "invalid int value: 'x'"
+    return parse
 
 
 def add_params_argument(parser: argparse.ArgumentParser) -> None:

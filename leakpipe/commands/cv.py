@@ -6,8 +6,10 @@ Two forms:
   pooled and cut into ``cv.folds`` folds over sites; outputs go where the options say;
 - on any recordings, without touching params.yaml: ``leakpipe cv --source PATH --out DIR``
   builds the features into ``DIR/data`` with the params file's `build` section (``--group-by``
-  overrides its ``group_by``; a manifest's ``group`` column wins), then cross-validates them:
-  ``DIR/cv.json``, ``DIR/predictions.csv``, ``DIR/plots/``, resumable in ``DIR/work``.
+  overrides its ``group_by``; a manifest's ``group`` column wins), checks them as `validate`
+  checks splits against each other, then cross-validates them: ``DIR/cv.json``,
+  ``DIR/predictions.csv``, ``DIR/plots/``, resumable in ``DIR/work``. DIR is locked for the run
+  and cleared of the previous run's outputs first (``leakpipe.cv.outdir``).
 
 See leakpipe.cv.stage for the method.
 """
@@ -16,16 +18,22 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+from contextlib import nullcontext
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from leakpipe.commands._common import (
     add_params_argument,
     add_validated_arguments,
-    positive_int,
+    param_int,
     validated_stamp,
 )
+from leakpipe.config.crossval import CrossvalConfig
 from leakpipe.data.manifest import GROUP_BY
 from leakpipe.errors import ConfigError
+
+if TYPE_CHECKING:
+    from leakpipe.cv.outdir import OutLayout
 
 NAME = "cv"
 HELP = "grouped cross-validation over sites: the CNN and every baseline on the same folds"
@@ -40,11 +48,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--group-by", choices=GROUP_BY, default=None,
                         help="with --source, folder sources: which files share a group (site); "
                              "default build.group_by")
-    parser.add_argument("--folds", type=positive_int, default=None,
+    parser.add_argument("--folds", type=param_int(CrossvalConfig, "folds", "cv.folds"),
+                        default=None,
                         help="K folds over groups (default: cv.folds)")
     parser.add_argument("--out", type=Path, default=None,
                         help="folder for cv.json, predictions.csv, plots/ and work/ (replaces "
-                             "the four path options below)")
+                             "the four path options below); locked while the run lasts, and "
+                             "the previous run's outputs there are removed first")
     parser.add_argument("--data-dir", type=Path, default=Path("data/processed"),
                         help="without --source: folder of the built train.h5, val.h5, test.h5")
     add_validated_arguments(parser)
@@ -62,36 +72,40 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from leakpipe.cv.stage import CvPaths, run_cv, summary_line
-    from leakpipe.data.stamp import trust_splits
+    from leakpipe.cv.outdir import claimed
 
     if args.source is not None and args.out is None:
         raise ConfigError("leakpipe cv: --source needs --out DIR (where the built data and the "
                           "results go)")
-    if args.out is not None:
-        paths = CvPaths(splits={}, plan=None, metrics=args.out / "cv.json",
-                        predictions=args.out / "predictions.csv",
-                        plots_dir=args.out / "plots", work=args.out / "work")
+    inputs = [] if args.source is not None else _splits(args.data_dir).values()
+    with claimed(args.out, inputs) if args.out is not None else nullcontext() as layout:
+        return _run(args, layout)
+
+
+def _splits(data_dir: Path) -> dict[str, Path]:
+    return {s: data_dir / f"{s}.h5" for s in SPLIT_NAMES}
+
+
+def _run(args: argparse.Namespace, layout: OutLayout | None) -> int:
+    from leakpipe.cv.source import build_source
+    from leakpipe.cv.stage import CvPaths, run_cv, summary_line
+    from leakpipe.data.stamp import trust_splits
+
+    if layout is not None:
+        paths = CvPaths(splits={}, plan=None, metrics=layout.metrics,
+                        predictions=layout.predictions, plots_dir=layout.plots_dir,
+                        work=layout.work)
     else:
         paths = CvPaths(splits={}, plan=args.plan, metrics=args.metrics,
                         predictions=args.predictions, plots_dir=args.plots_dir, work=args.work)
     if args.source is not None:
-        splits = _build(args)
+        splits = build_source(args.params, args.source, layout, group_by=args.group_by,
+                              progress=not args.no_progress)
         tags = {}
     else:
-        splits = {s: args.data_dir / f"{s}.h5" for s in SPLIT_NAMES}
+        splits = _splits(args.data_dir)
         tags = trust_splits(validated_stamp(args), splits).tags
     summary = run_cv(dataclasses.replace(paths, splits=splits), args.params, folds=args.folds,
                      tags=tags, progress=not args.no_progress)
     print(summary_line(summary, paths.metrics))
     return 0
-
-
-def _build(args: argparse.Namespace) -> dict[str, Path]:
-    """Build ``--source`` into ``--out``/data with the params file's `build` section."""
-    from leakpipe.build import run_build
-
-    data = args.out / "data"
-    run_build(args.params, args.source, data, args.out / "build.json", group_by=args.group_by,
-              progress=not args.no_progress)
-    return {s: data / f"{s}.h5" for s in SPLIT_NAMES}

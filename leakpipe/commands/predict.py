@@ -19,11 +19,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(default: models/detector.pt, written by evaluate)")
     parser.add_argument("--out", type=Path, default=Path("predictions.csv"),
                         help="CSV with one row per recording (default: predictions.csv); "
-                             "<stem>_timeline.csv (one row per long segment) and "
-                             "<stem>_domain.json (the recordings' domain check as a set) go "
-                             "beside it")
-    parser.add_argument("--resume", action="store_true",
-                        help="keep the rows already in --out and skip their recordings")
+                             "<stem>_timeline.csv (one row per long segment), "
+                             "<stem>_domain.json (the recordings' domain check as a set) and "
+                             "<stem>_detector.json (which detector wrote the rows) go beside "
+                             "it. Never one of the recordings; an existing file only with "
+                             "--resume or --force")
+    existing = parser.add_mutually_exclusive_group()
+    existing.add_argument("--resume", action="store_true",
+                          help="continue --out: keep the rows it scored with this same detector "
+                               "and skip their recordings; failed rows are tried again")
+    existing.add_argument("--force", action="store_true",
+                          help="replace an existing --out (and the files beside it)")
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
                         help="where the model runs (default: auto = cuda when available; "
                              "fp16 autocast on CUDA, float32 on CPU)")
@@ -40,9 +46,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from leakpipe.predict import run_predict
+    from leakpipe.predict_target import check_folder
 
+    if args.explain is not None:     # refused before scoring, not after
+        check_folder(args.explain, "--explain")
     code = run_predict(args.paths, args.model, args.out, args.params, device=args.device,
-                       resume=args.resume, progress=not args.no_progress,
+                       resume=args.resume, force=args.force, progress=not args.no_progress,
                        max_batch_segments=args.batch_segments)
     if args.explain is None:
         return code

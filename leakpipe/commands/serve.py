@@ -12,7 +12,7 @@ import argparse
 from pathlib import Path
 
 from leakpipe.config import load_section
-from leakpipe.serve.server import DEFAULT_HOST, DEFAULT_PORT, default_model, run_serve
+from leakpipe.serve.server import DEFAULT_HOST, DEFAULT_PORT, PORTS, default_model, run_serve
 
 NAME = "serve"
 HELP = "serve a registered detector over HTTP (mlflow models serve): recordings in, decisions out"
@@ -26,11 +26,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="params file naming the registered model (default: params.yaml)")
     parser.add_argument("--host", default=DEFAULT_HOST,
                         help=f"address to bind (default: {DEFAULT_HOST}, this machine only)")
-    parser.add_argument("--port", type=int, default=DEFAULT_PORT,
-                        help=f"port (default: {DEFAULT_PORT})")
+    parser.add_argument("--port", type=port_number, default=DEFAULT_PORT,
+                        help=f"port, {PORTS[0]} to {PORTS[1]} (default: {DEFAULT_PORT})")
     parser.add_argument("--workers", type=int, default=1,
                         help="server worker processes, each with its own copy of the model "
                              "(default: 1)")
+
+
+def port_number(text: str) -> int:
+    """argparse type: a TCP port to listen on (``PORTS``), refused while parsing."""
+    value = int(text)
+    if not PORTS[0] <= value <= PORTS[1]:
+        raise argparse.ArgumentTypeError(f"must be {PORTS[0]} to {PORTS[1]}, got {value}")
+    return value
+
+
+port_number.__name__ = "int"   # argparse names the type in "invalid int value: 'x'"
 
 
 def run(args: argparse.Namespace) -> int:

@@ -14,7 +14,10 @@ from leakpipe.config.fields import num
 __all__ = ["CV_METHODS", "CrossvalConfig"]
 
 CNN_METHOD = "cnn"
-CV_METHODS: tuple[str, ...] = (CNN_METHOD, "random_forest", "svm", "xgboost", "level_logreg")
+STATS_METHOD = "logger_stats"
+FUSED_METHOD = "fused"
+CV_METHODS: tuple[str, ...] = (CNN_METHOD, STATS_METHOD, FUSED_METHOD, "random_forest", "svm",
+                               "xgboost", "level_logreg")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -24,7 +27,8 @@ class CrossvalConfig:
     folds: int = num(ge=2)
     val_fraction: float = num(gt=0, lt=1)  # share of a fold's training groups held out as val
     seed: int = num(ge=0)
-    methods: tuple[Literal["cnn", "random_forest", "svm", "xgboost", "level_logreg"], ...]
+    methods: tuple[Literal["cnn", "logger_stats", "fused", "random_forest", "svm", "xgboost",
+                           "level_logreg"], ...]
     epochs: int = num(ge=1)                 # CNN epochs per fold (train.epochs is the stage's)
     train_fraction: float = num(gt=0, le=1)  # share of the shuffled training batches per epoch
     bootstrap_resamples: int = num(ge=1)    # site resamples of the pooled intervals
@@ -35,4 +39,6 @@ class CrossvalConfig:
             return [("methods", "name at least one method")]
         if len(set(self.methods)) != len(self.methods):
             return [("methods", "lists a method twice")]
+        if FUSED_METHOD in self.methods and not {CNN_METHOD, STATS_METHOD} <= set(self.methods):
+            return [("methods", "fused stacks cnn and logger_stats: list both")]
         return []

@@ -14,7 +14,8 @@ from leakpipe.config.fields import num
 from leakpipe.constants import KNOWN_CLASSES
 
 __all__ = ["FEATURE_ADDED_DEFAULTS", "BuildConfig", "FeatureConfig", "FieldConfig",
-           "PreloadConfig", "QualityConfig", "SplitConfig", "SynthConfig", "ValidateConfig"]
+           "PreloadConfig", "QualityConfig", "RecordingStatsConfig", "SplitConfig",
+           "SynthConfig", "ValidateConfig"]
 
 # Feature keys added after HDF5 splits and model files were written: the value that a stored
 # feature config without the key means (the features from before the key existed). ``to_dict``
@@ -199,6 +200,35 @@ class QualityConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
+class RecordingStatsConfig:
+    """`build.stats`: whole-recording level statistics (leakpipe/features/recording_stats.py).
+
+    Stored with every split (attribute ``recording_stats_config``) beside the statistics, so a
+    detector trained on them can compute the same ones from a new recording.
+    """
+
+    frame_s: float = num(gt=0, le=10)
+    percentiles: tuple[float, ...]
+    band_centres_hz: tuple[float, ...]
+    floor_db: float = num(ge=-300, le=0)
+
+    def problems(self) -> list[tuple[str, str]]:
+        out = []
+        if not self.percentiles or any(not 0 <= q <= 100 for q in self.percentiles):
+            out.append(("percentiles", "needs at least one percentile, each in [0, 100]"))
+        elif list(self.percentiles) != sorted(set(self.percentiles)):
+            out.append(("percentiles", "must be increasing, without repeats"))
+        if any(c <= 0 for c in self.band_centres_hz):
+            out.append(("band_centres_hz", "every centre must be above 0 Hz"))
+        elif list(self.band_centres_hz) != sorted(set(self.band_centres_hz)):
+            out.append(("band_centres_hz", "must be increasing, without repeats"))
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True, kw_only=True)
 class BuildConfig(FeatureConfig):
     """`build`: recordings -> two-stage-segmented log-mel HDF5, one file per split.
 
@@ -211,12 +241,16 @@ class BuildConfig(FeatureConfig):
     workers: int = num(ge=0)
     classes: tuple[str, ...]
     group_by: Literal["stem", "file", "folder"]
+    # a recording listed twice, or copied byte for byte, under one class and group: refuse
+    # the source, or drop the repeats (under two classes or groups it is always refused)
+    duplicates: Literal["refuse", "drop"] = "refuse"
     clips_per_recording: int | Literal["all"] = num(ge=1)
     min_clip_fraction: float = num(gt=0, le=1)
     dtype: Literal["float16", "float32"]
     store_waveform: bool
     chunk_mb: float = num(gt=0)
     quality: QualityConfig
+    stats: RecordingStatsConfig
     split: SplitConfig
 
     @property

@@ -11,8 +11,13 @@ from typing import Any, Literal
 
 from leakpipe.config.fields import num
 
-__all__ = ["BaselinesConfig", "EvaluateConfig", "LogregGrid", "PromoteConfig", "RandomForestGrid",
-           "SvmGrid", "XgboostGrid"]
+__all__ = ["DETECTOR_KINDS", "BaselinesConfig", "DetectorConfig", "EvaluateConfig",
+           "LogregGrid", "LoggerStatsConfig", "PromoteConfig", "RandomForestGrid", "SvmGrid",
+           "XgboostGrid"]
+
+# The methods a detector file can be, simplest first (the order ties go by in selection).
+# `fused` is measured by crossval but is no detector file yet: it is not selected.
+DETECTOR_KINDS: tuple[str, ...] = ("logger_stats", "cnn")
 
 # A registered model's name ends up in URIs (models:/<name>@<alias>, models:/<name>/<version>):
 # these characters would split it there.
@@ -113,6 +118,29 @@ class LogregGrid:
 
 
 @dataclass(frozen=True, kw_only=True)
+class LoggerStatsConfig:
+    """`baselines.logger_stats`: whole-recording statistics + L2 logistic regression."""
+
+    C: tuple[float, ...]                       # inverse L2 strengths tried on val
+    forms: Literal["all", "gain_free"]         # gain_free: spreads and relative band levels only
+
+    def problems(self) -> list[tuple[str, str]]:
+        if not self.C or any(not c > 0 for c in self.C):
+            return [("C", "needs at least one value, each above 0")]
+        return []
+
+
+@dataclass(frozen=True, kw_only=True)
+class DetectorConfig:
+    """`detector`: which method the shipped detector is, and how grouped CV picks it."""
+
+    method: Literal["auto", "logger_stats", "cnn"]
+    selection_margin: float = num(ge=0, le=1)  # a more complex kind must beat a simpler one
+                                               # by more than this pooled recording ROC-AUC
+    fusion_C: float = num(gt=0)                # inverse L2 strength of the fused stacker
+
+
+@dataclass(frozen=True, kw_only=True)
 class BaselinesConfig:
     """`baselines`: the paper's MFCC baselines and a level-only control (docs/baselines.md).
 
@@ -120,7 +148,8 @@ class BaselinesConfig:
     CNN uses one criterion, one threshold grid and the same recording resamples.
     """
 
-    models: tuple[Literal["random_forest", "svm", "xgboost", "level_logreg"], ...]
+    models: tuple[Literal["random_forest", "svm", "xgboost", "level_logreg", "logger_stats"],
+                  ...]
     n_mfcc: int = num(ge=1)
     summary: Literal["mean", "mean_std"]
     seed: int = num(ge=0)
@@ -129,6 +158,7 @@ class BaselinesConfig:
     svm: SvmGrid
     xgboost: XgboostGrid
     level_logreg: LogregGrid
+    logger_stats: LoggerStatsConfig
 
     def problems(self) -> list[tuple[str, str]]:
         if not self.models or len(set(self.models)) != len(self.models):

@@ -25,7 +25,7 @@ from leakpipe.config.fields import NON_FINITE_OK
 from leakpipe.config.sections import SECTIONS
 from leakpipe.errors import ConfigError
 
-__all__ = ["from_mapping", "load_section", "read_params", "stored_features"]
+__all__ = ["bound_problem", "from_mapping", "load_section", "read_params", "stored_features"]
 
 
 def read_params(path: Path | str) -> dict[str, Any]:
@@ -228,8 +228,16 @@ class _Mismatch(ConfigError):
 
 
 def _check_bounds(value: Any, bounds: Mapping[str, float], key: str, source: str) -> None:
+    problem = bound_problem(value, bounds)
+    if problem:
+        raise ConfigError(f"{source}: {key}: {problem}")
+
+
+def bound_problem(value: Any, bounds: Mapping[str, float]) -> str:
+    """How ``value`` breaks ``bounds`` (a ``num`` field's metadata: ``must be >= 2, got 1``),
+    or "" when it does not; a command-line override is checked with the same rule."""
     if value is None or not bounds or isinstance(value, str):  # bounds are for the number
-        return
+        return ""
     checks = {
         "ge": (lambda v, b: v >= b, ">="),
         "gt": (lambda v, b: v > b, ">"),
@@ -241,4 +249,5 @@ def _check_bounds(value: Any, bounds: Mapping[str, float], key: str, source: str
             continue
         ok, sign = checks[name]
         if not ok(value, bound):
-            raise ConfigError(f"{source}: {key}: must be {sign} {bound:g}, got {value!r}")
+            return f"must be {sign} {bound:g}, got {value!r}"
+    return ""

@@ -15,7 +15,12 @@ from leakpipe.config.data import (
     SynthConfig,
     ValidateConfig,
 )
-from leakpipe.config.evaluation import BaselinesConfig, EvaluateConfig, PromoteConfig
+from leakpipe.config.evaluation import (
+    BaselinesConfig,
+    DetectorConfig,
+    EvaluateConfig,
+    PromoteConfig,
+)
 from leakpipe.config.shared import DecisionConfig, RuntimeConfig
 from leakpipe.config.training import ModelConfig, MonitorConfig, TrainConfig
 from leakpipe.config.tuning import TuneConfig
@@ -40,4 +45,5 @@ SECTIONS: dict[str, type] = {
     "tune": TuneConfig,
     "adapt": AdaptConfig,
     "cv": CrossvalConfig,
+    "detector": DetectorConfig,
 }

@@ -17,7 +17,7 @@ import numpy as np
 
 from leakpipe.config import FeatureConfig
 from leakpipe.data.reader import open_split
-from leakpipe.data.writer import SplitWriter
+from leakpipe.data.writer import SplitWriter, StatsColumns
 from leakpipe.errors import DataError
 
 CHUNK_MB = 1.0   # fold files: the same chunking as build's default
@@ -52,11 +52,13 @@ def pool_recordings(paths: Sequence[Path]) -> Recordings:
     first = None
     for i, path in enumerate(paths):
         with open_split(path) as split:
-            facts = (split.class_names, split.features, split.mel.dtype.name)
+            facts = (split.class_names, split.features, split.mel.dtype.name,
+                     split.stats_names if split.has_stats else ())
             if first is None:
                 first = facts
-            elif facts[:2] != first[:2]:
-                raise DataError(f"{path}: classes or feature config differ from {paths[0]}")
+            elif facts[:2] != first[:2] or facts[3] != first[3]:
+                raise DataError(f"{path}: classes, feature config or recording statistics "
+                                f"differ from {paths[0]}")
             ids, groups, labels = split.recording_ids, split.groups, split.labels
         starts = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]]) if len(ids) else \
             np.zeros(0, dtype=np.int64)
@@ -87,13 +89,18 @@ def write_fold_split(recordings: Recordings, rows: np.ndarray, path: Path, role:
     """Copy the recordings ``rows`` (indices into ``recordings``) into one split file."""
     with ExitStack() as stack:
         readers = [stack.enter_context(open_split(p)) for p in recordings.paths]
+        first = readers[0]
+        stats = StatsColumns(first.stats_names, first.stats_config) if first.has_stats else None
         writer = stack.enter_context(SplitWriter(
             path, role, recordings.features, recordings.class_names, dtype=recordings.dtype,
-            chunk_mb=CHUNK_MB))
+            chunk_mb=CHUNK_MB, stats=stats))
         for r in np.sort(rows):
-            mel = readers[recordings.source[r]].mel[recordings.start[r]:recordings.stop[r]]
-            writer.append(mel, int(recordings.label[r]), str(recordings.recording_id[r]),
-                          str(recordings.group[r]))
+            reader = readers[recordings.source[r]]
+            lo, hi = recordings.start[r], recordings.stop[r]
+            extra = ({"stats": reader.recording_stats[lo], "rate": int(reader.recording_rates[lo])}
+                     if stats is not None else {})
+            writer.append(reader.mel[lo:hi], int(recordings.label[r]),
+                          str(recordings.recording_id[r]), str(recordings.group[r]), **extra)
     return path
 
 

@@ -14,7 +14,7 @@ FIGURE_SIZE = (11.0, 4.2)
 
 def folds_figure(summary: Mapping[str, Any],
                  histories: Sequence[Sequence[Mapping[str, float]]]) -> Figure:
-    """Left: ROC-AUC per fold (dots) and pooled with its site-bootstrap interval (bar);
+    """Left: recording ROC-AUC per fold (dots) and pooled with its site-bootstrap interval (bar);
     right: the CNN's val file F1 per epoch in every fold (empty without the CNN)."""
     import matplotlib
 
@@ -23,7 +23,7 @@ def folds_figure(summary: Mapping[str, Any],
     left, right = fig.subplots(1, 2)
     methods = list(summary["methods"])
     for i, m in enumerate(methods):
-        auc = summary["methods"][m]["roc_auc"]
+        auc = summary["methods"][m]["recording_roc_auc"]
         folds = [v for v in auc["folds"] if v is not None and math.isfinite(v)]
         left.scatter([i - 0.15] * len(folds), folds, s=18, color="grey", zorder=2)
         low, high = auc["ci_low"], auc["ci_high"]
@@ -33,7 +33,7 @@ def folds_figure(summary: Mapping[str, Any],
                           fmt="o", color="C0", capsize=4, zorder=3)
     left.axhline(0.5, color="red", linewidth=0.8, linestyle="--")
     left.set_xticks(range(len(methods)), methods, rotation=20)
-    left.set(ylabel="ROC-AUC (clips)", ylim=(0.0, 1.02),
+    left.set(ylabel="ROC-AUC (recordings)", ylim=(0.0, 1.02),
              title=f"{summary['folds']}-fold grouped CV, {summary['sites']} sites\n"
                    "grey: each fold; blue: pooled, 95 % site-bootstrap interval")
     for f, history in enumerate(histories):

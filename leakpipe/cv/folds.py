@@ -47,6 +47,7 @@ def make_folds(labels: Sequence[str], groups: Sequence[str], k: int, val_fractio
                seed: int) -> list[Fold]:
     """K folds: each its test groups and a grouped, stratified train / val split of the rest."""
     labels, groups = np.asarray(labels), np.asarray(groups)
+    _check_both_classes(labels, groups)
     fold_of = assign_folds(labels, groups, k, seed)
     folds = []
     for f in range(k):
@@ -55,17 +56,39 @@ def make_folds(labels: Sequence[str], groups: Sequence[str], k: int, val_fractio
         inner = assign_splits(labels[rest], groups[rest], [1.0 - val_fraction, val_fraction],
                               seed + 1 + f)
         folds.append(Fold(f, train=rest[inner == 0], val=rest[inner == 1], test=test))
-        _check_classes(folds[-1], labels)
+        _check_classes(folds[-1], labels, groups, k)
     return folds
 
 
-def _check_classes(fold: Fold, labels: np.ndarray) -> None:
+def sites_per_class(labels: np.ndarray, groups: np.ndarray) -> dict[str, int]:
+    """Distinct groups (sites) holding each class: ``{"LEAK": 4, "NOLEAK": 9}``."""
+    return {str(c): len(set(groups[labels == c])) for c in sorted(set(labels.tolist()))}
+
+
+def _check_both_classes(labels: np.ndarray, groups: np.ndarray) -> None:
+    """No fold count or val share can help data of one side only: say what to add."""
+    leak = labels == LEAK_CLASS
+    if leak.any() and not leak.all():
+        return
+    found = sites_per_class(labels, groups)
+    add = ("recordings of a non-leak class (e.g. NOLEAK, NORMAL)" if leak.any()
+           else f"{LEAK_CLASS} recordings")
+    raise DataError(f"the recordings hold one side only, sites per class {found}: "
+                    f"cross-validation needs {LEAK_CLASS} and not-{LEAK_CLASS}; add {add} "
+                    "from at least 3 sites to the source")
+
+
+def _check_classes(fold: Fold, labels: np.ndarray, groups: np.ndarray, k: int) -> None:
     """Training needs both LEAK and not LEAK; a fold without one cannot be trained or judged."""
     for role in ROLES:
         leak = labels[fold.rows(role)] == LEAK_CLASS
         if leak.all() or not leak.any():
             which = "no recording" if not leak.size else ("only LEAK" if leak.all()
                                                           else "no LEAK")
+            side = sites_per_class(np.where(labels == LEAK_CLASS, LEAK_CLASS, "not-LEAK"),
+                                   groups)
             raise DataError(f"fold {fold.index + 1}: its {role} part holds {which} "
-                            "recordings; with this few sites per class lower cv.folds or "
-                            "raise cv.val_fraction")
+                            f"recordings; sites per class {side}, and each of the {k} folds "
+                            "needs sites of both in its train, val and test parts: lower "
+                            "cv.folds (--folds), raise cv.val_fraction, or add sites of the "
+                            "smaller side")

@@ -1,9 +1,13 @@
-"""One fold's methods: the CNN (train's ``fit()``, evaluate's rules) and the baselines.
+"""One fold's methods: the CNN (train's ``fit()``, evaluate's rules), logger_stats (the
+recordings' level statistics), fused (the two stacked on val) and the baselines.
 
 Every method sees the fold's three files in the same roles: it learns on train, chooses what it
 chooses (the CNN's best epoch, every threshold, the baselines' hyper-parameters) on val, and is
 then applied unchanged to test. The test file is opened by a method only after its choices are
 made, and its labels never reach a choice (tests/test_cv.py flips them to check).
+
+Every method also gives one verdict per recording (``recording_level``): its clip scores
+averaged over each recording, the threshold chosen on the val recordings.
 """
 
 from __future__ import annotations
@@ -17,20 +21,24 @@ from typing import Any
 
 import numpy as np
 
+from leakpipe.baselines import logger_stats
 from leakpipe.baselines.comparison import fit_and_select, model_inputs
 from leakpipe.baselines.data import ClipFeatures, read_features
+from leakpipe.baselines.logger_stats import RecordingTable, read_recordings, recording_means
 from leakpipe.baselines.models import leak_scores
 from leakpipe.config import (
     BaselinesConfig,
     CrossvalConfig,
     DecisionConfig,
+    DetectorConfig,
     EvaluateConfig,
     ModelConfig,
     PreloadConfig,
     RuntimeConfig,
     TrainConfig,
 )
-from leakpipe.config.crossval import CNN_METHOD
+from leakpipe.config.crossval import CNN_METHOD, FUSED_METHOD, STATS_METHOD
+from leakpipe.cv.recording_level import fuse, recording_decisions
 from leakpipe.decision.voting import decide
 from leakpipe.detector import Network
 from leakpipe.evaluate.detector_evaluation import evaluate_detector
@@ -58,13 +66,15 @@ class Settings:
     decision: DecisionConfig
     evaluate: EvaluateConfig
     baselines: BaselinesConfig
+    detector: DetectorConfig
     preload: PreloadConfig           # used only to plan when no preload plan is given
     plan: Mapping[str, Any]          # the preload plan: placement and memory margins
 
     def to_dict(self) -> dict[str, Any]:
         """The settings a finished fold depends on (a resumed run must match them)."""
         return {name: dataclasses.asdict(getattr(self, name)) for name in
-                ("cv", "model", "train", "runtime", "decision", "evaluate", "baselines")}
+                ("cv", "model", "train", "runtime", "decision", "evaluate", "baselines",
+                 "detector")}
 
 
 @dataclass(frozen=True)
@@ -76,10 +86,13 @@ class MethodResult:
     scores: np.ndarray               # (F,) float
     decision: np.ndarray             # (F,) bool
     info: dict[str, Any]             # chosen hyper-parameters, best epoch, val curve, ...
+    val_scores: np.ndarray | None = None      # (F_val,) the val clips' scores, in file order
+    recording: dict[str, Any] | None = None   # recording_level.recording_decisions
 
     def to_dict(self) -> dict[str, Any]:
-        return {"threshold": self.threshold, "scores": self.scores.tolist(),
-                "decision": self.decision.astype(int).tolist(), "info": self.info}
+        out = {"threshold": self.threshold, "scores": self.scores.tolist(),
+               "decision": self.decision.astype(int).tolist(), "info": self.info}
+        return {**out, "recording": self.recording} if self.recording is not None else out
 
 
 def run_cnn(paths: Mapping[str, Path], settings: Settings, checkpoint_dir: Path, *,
@@ -114,7 +127,8 @@ def run_cnn(paths: Mapping[str, Path], settings: Settings, checkpoint_dir: Path,
     test = evaluation.test
     return MethodResult(CNN_METHOD, float(evaluation.point.threshold),
                         np.asarray(test.file_score, dtype=np.float64),
-                        np.asarray(test.decision, dtype=bool), info)
+                        np.asarray(test.decision, dtype=bool), info,
+                        val_scores=np.asarray(evaluation.val.file_score, dtype=np.float64))
 
 
 def run_baselines(paths: Mapping[str, Path], settings: Settings,
@@ -127,15 +141,66 @@ def run_baselines(paths: Mapping[str, Path], settings: Settings,
     chosen = {name: fit_and_select(name, train, val, cfg, settings.evaluate, settings.decision)
               for name in names}
     test = read_features(paths[TEST], cfg.n_mfcc, cfg.summary)   # after every choice
-    return [_apply(name, model, hyper, point, test)
+    return [_apply(name, model, hyper, point, val, test)
             for name, (model, hyper, point, _) in chosen.items()]
 
 
-def _apply(name: str, model: Any, hyper: dict[str, Any], point: Any,
+def _apply(name: str, model: Any, hyper: dict[str, Any], point: Any, val: ClipFeatures,
            test: ClipFeatures) -> MethodResult:
     scores = np.asarray(leak_scores(model, model_inputs(test, name)), dtype=np.float64)
+    val_scores = np.asarray(leak_scores(model, model_inputs(val, name)), dtype=np.float64)
     return MethodResult(name, float(point.threshold), scores, decide(scores, point.threshold)[0],
-                        {"hyper": _plain(hyper), "val_criterion": float(point.value)})
+                        {"hyper": _plain(hyper), "val_criterion": float(point.value)},
+                        val_scores=val_scores)
+
+
+def run_logger_stats(tables: Mapping[str, RecordingTable], settings: Settings) -> MethodResult:
+    """The statistics model fitted on train, ``C`` and threshold chosen on val recordings;
+    each test clip carries its recording's score."""
+    fit_ = logger_stats.fit_and_select(tables[TRAIN], tables[VAL], settings.baselines.logger_stats,
+                                       settings.evaluate, settings.decision)
+    test = tables[TEST]
+    scores = logger_stats.leak_probability(fit_.net, test.stats[:, fit_.used])   # (R_test,)
+    clip = scores[test.clip_recording]
+    info = {"hyper": {"C": fit_.c, "forms": settings.baselines.logger_stats.forms},
+            "val_criterion": float(fit_.point.value), "statistics": len(fit_.used)}
+    return MethodResult(STATS_METHOD, float(fit_.point.threshold), clip,
+                        decide(clip, fit_.point.threshold)[0], info,
+                        val_scores=fit_.val_scores[tables[VAL].clip_recording])
+
+
+def run_fused(cnn: MethodResult, stats: MethodResult, tables: Mapping[str, RecordingTable],
+              settings: Settings) -> MethodResult:
+    """The CNN's and logger_stats' recording probabilities stacked on the val recordings."""
+    val, test = tables[VAL], tables[TEST]
+    parts = [(_means(m.val_scores, val), _means(m.scores, test)) for m in (cnn, stats)]
+    val_scores, test_scores, weights = fuse([p[0] for p in parts], val.truth,
+                                            [p[1] for p in parts], settings.detector.fusion_C)
+    point = recording_decisions(val_scores, val.truth, test_scores, settings.evaluate,
+                                settings.decision)
+    clip = test_scores[test.clip_recording]
+    threshold = float(point["threshold"])
+    return MethodResult(FUSED_METHOD, threshold, clip, decide(clip, threshold)[0],
+                        {"weights": dict(zip(("cnn", "logger_stats", "bias"), weights,
+                                             strict=True))},
+                        val_scores=val_scores[val.clip_recording])
+
+
+def _means(clip_scores: np.ndarray | None, table: RecordingTable) -> np.ndarray:
+    assert clip_scores is not None
+    return recording_means(np.asarray(clip_scores, np.float64), table.clip_recording,
+                           len(table))
+
+
+def with_recordings(result: MethodResult, tables: Mapping[str, RecordingTable],
+                    settings: Settings) -> MethodResult:
+    """The method's recording verdicts: clip scores averaged per recording, the threshold
+    chosen on the val recordings."""
+    val, test = tables[VAL], tables[TEST]
+    recording = recording_decisions(_means(result.val_scores, val), val.truth,
+                                    _means(result.scores, test), settings.evaluate,
+                                    settings.decision)
+    return dataclasses.replace(result, recording=recording)
 
 
 def _plain(hyper: Mapping[str, Any]) -> dict[str, Any]:
@@ -144,14 +209,23 @@ def _plain(hyper: Mapping[str, Any]) -> dict[str, Any]:
 
 def run_fold_methods(paths: Mapping[str, Path], settings: Settings, work: Path, *,
                      progress: bool = False) -> list[MethodResult]:
-    """Every method of ``cv.methods`` on one fold, the CNN's checkpoints under ``work``."""
+    """Every method of ``cv.methods`` on one fold, the CNN's checkpoints under ``work``; each
+    with its recording verdicts."""
+    methods = settings.cv.methods
+    tables = {role: read_recordings(paths[role]) for role in (TRAIN, VAL, TEST)}
     results = []
-    if CNN_METHOD in settings.cv.methods:
+    if CNN_METHOD in methods:
         work.mkdir(parents=True, exist_ok=True)
         results.append(run_cnn(paths, settings, work, progress=progress))
-    baselines = tuple(m for m in settings.cv.methods if m != CNN_METHOD)
+    if STATS_METHOD in methods:
+        results.append(run_logger_stats(tables, settings))
+    if FUSED_METHOD in methods:
+        by_name = {r.name: r for r in results}
+        results.append(run_fused(by_name[CNN_METHOD], by_name[STATS_METHOD], tables, settings))
+    baselines = tuple(m for m in methods if m not in (CNN_METHOD, STATS_METHOD, FUSED_METHOD))
     results.extend(run_baselines(paths, settings, baselines))
-    return results
+    return [with_recordings(r, tables, settings) for r in results]
 
 
-__all__ = ["MethodResult", "Settings", "run_cnn", "run_baselines", "run_fold_methods"]
+__all__ = ["MethodResult", "Settings", "run_baselines", "run_cnn", "run_fold_methods",
+           "run_fused", "run_logger_stats", "with_recordings"]

@@ -1,5 +1,7 @@
 """Pooled out-of-fold figures with site-bootstrap intervals, per-fold values, the paired
-difference, and the out-of-fold table. Pure functions of the fold results.
+difference, the detector selection, and the out-of-fold tables. Pure functions of the fold
+results. Figures come at two levels: per recording (what a utility acts on: one verdict per
+logger recording) and per clip (secondary, named ``clip_*``).
 
 Every clip is scored once, by the fold model that never saw its site, under the threshold that
 fold chose on its own val; the pooled figures are computed over all of them together. Sites are
@@ -11,13 +13,15 @@ scores two methods on the same site draws, which is what says whether one is ahe
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from leakpipe.config.crossval import CNN_METHOD
+from leakpipe.config.crossval import CNN_METHOD, FUSED_METHOD
+from leakpipe.cv.recording_level import select_method
 from leakpipe.evaluate.bootstrap import (
     RESAMPLES_PER_PASS,
     percentile_interval,
@@ -28,6 +32,7 @@ from leakpipe.evaluate.bootstrap import (
 
 FIGURES = ("roc_auc", "file_f1", "balanced_accuracy", "sensitivity", "specificity", "pr_auc")
 PAIRED_FIGURES = ("roc_auc", "file_f1", "balanced_accuracy")
+NESTED = "selected_nested"   # the pseudo-method of the nested selection estimate
 
 
 @dataclass(frozen=True)
@@ -103,10 +108,18 @@ def fold_figures(oof: OutOfFold, method: str) -> list[dict[str, float]]:
 
 
 def best_baseline(pooled: Mapping[str, Mapping[str, float]]) -> str | None:
-    """The baseline with the highest pooled ROC-AUC (the CNN's strongest rival)."""
+    """The baseline with the highest pooled ROC-AUC (the CNN's strongest rival; fused holds
+    the CNN, so it is no rival)."""
     rivals = {m: f["roc_auc"] for m, f in pooled.items()
-              if m != CNN_METHOD and np.isfinite(f["roc_auc"])}
+              if m not in (CNN_METHOD, FUSED_METHOD) and np.isfinite(f["roc_auc"])}
     return max(rivals, key=lambda m: (rivals[m], m)) if rivals else None
+
+
+def figure_key(level: str, name: str) -> str:
+    """``("recording", "file_f1")`` -> ``recording_f1``; ``("clip", "roc_auc")`` ->
+    ``clip_roc_auc``. (cv.json before recording verdicts named the clip figures ``roc_auc``,
+    ``file_f1``, ...: a "file" was a clip.)"""
+    return f"{level}_{name.removeprefix('file_')}"
 
 
 def _entry(value: float, interval: Any, per_fold: Sequence[float]) -> dict[str, Any]:
@@ -115,29 +128,68 @@ def _entry(value: float, interval: Any, per_fold: Sequence[float]) -> dict[str, 
     return {**out, "folds": list(per_fold)} if per_fold else out
 
 
-def summarise(oof: OutOfFold, *, resamples: int, confidence: float,
-              seed: int) -> dict[str, Any]:
-    """metrics/cv.json: per method and figure ``mean`` (pooled out-of-fold value), ``ci_low``
-    / ``ci_high`` (site bootstrap), ``folds`` (per fold); the paired CNN-minus-best-baseline
-    difference; the counts the figures rest on."""
+def level_figures(oof: OutOfFold, level: str, *, resamples: int, confidence: float,
+                  seed: int) -> tuple[dict[str, dict[str, Any]], dict[str, Any] | None]:
+    """Per method ``<level>_<figure>`` entries, and the paired CNN-minus-best-baseline block."""
     pooled = {m: point_figures(oof.truth, oof.decision[m], oof.scores[m]) for m in oof.methods}
     rival = best_baseline(pooled) if CNN_METHOD in oof.methods else None
     boot = site_bootstrap(oof, resamples, confidence, seed, rival)
     methods = {}
     for m in oof.methods:
         per_fold = fold_figures(oof, m)
-        methods[m] = {name: _entry(pooled[m][name], boot["methods"][m].get(name),
-                                   [f[name] for f in per_fold]) for name in FIGURES}
+        methods[m] = {figure_key(level, name): _entry(pooled[m][name],
+                                                      boot["methods"][m].get(name),
+                                                      [f[name] for f in per_fold])
+                      for name in FIGURES}
+    if rival is None:
+        return methods, None
+    return methods, {"minus": rival, **{
+        figure_key(level, name): _entry(pooled[CNN_METHOD][name] - pooled[rival][name],
+                                        boot["paired"].get(name), [])
+        for name in PAIRED_FIGURES}}
+
+
+def with_nested(recordings: OutOfFold, choices: Sequence[str | None]) -> OutOfFold:
+    """The recordings table plus the pseudo-method ``NESTED``: each fold's test recordings
+    scored by the method chosen on that fold's inner val."""
+    if any(c is None for c in choices):
+        return recordings
+    pick = np.asarray(choices, dtype=object)[recordings.fold]
+    scores = np.array([recordings.scores[m][i] for i, m in enumerate(pick)], dtype=np.float64)
+    decision = np.array([recordings.decision[m][i] for i, m in enumerate(pick)], dtype=bool)
+    return dataclasses.replace(recordings, scores={**recordings.scores, NESTED: scores},
+                               decision={**recordings.decision, NESTED: decision})
+
+
+def summarise(clips: OutOfFold, recordings: OutOfFold, *, resamples: int, confidence: float,
+              seed: int, margin: float = 0.0,
+              nested: Sequence[str | None] = ()) -> dict[str, Any]:
+    """metrics/cv.json: per method the recording figures first (``recording_roc_auc``,
+    ``recording_f1``, ``recording_balanced_accuracy``, ...), then the clip figures
+    (``clip_*``), each ``mean`` (pooled out-of-fold value), ``ci_low`` / ``ci_high`` (site
+    bootstrap), ``folds`` (per fold); the paired CNN-minus-best-baseline difference (recording
+    level); ``selected`` (the detector kind grouped CV picks) and ``selected_nested``; the
+    counts the figures rest on."""
+    table = with_nested(recordings, nested) if nested else recordings
+    by_recording, paired = level_figures(table, "recording", resamples=resamples,
+                                         confidence=confidence, seed=seed)
+    by_clip, _ = level_figures(clips, "clip", resamples=resamples, confidence=confidence,
+                               seed=seed)
+    nested_figures = by_recording.pop(NESTED, None)
+    methods = {m: {**by_recording[m], **by_clip[m]} for m in clips.methods}
+    auc = {m: methods[m]["recording_roc_auc"]["mean"] for m in methods}
     out: dict[str, Any] = {
-        "folds": int(len(np.unique(oof.fold))), "sites": int(len(np.unique(oof.group))),
-        "recordings": int(len(np.unique(oof.recording_id))), "clips": int(len(oof.truth)),
-        "leak_clips": int(oof.truth.sum()), "confidence": confidence,
-        "bootstrap_resamples": resamples, "methods": methods}
-    if rival is not None:
-        out["paired"] = {"minus": rival, **{
-            name: _entry(pooled[CNN_METHOD][name] - pooled[rival][name],
-                         boot["paired"].get(name), [])
-            for name in PAIRED_FIGURES}}
+        "folds": int(len(np.unique(clips.fold))), "sites": int(len(np.unique(clips.group))),
+        "recordings": int(len(recordings.truth)),
+        "leak_recordings": int(recordings.truth.sum()), "clips": int(len(clips.truth)),
+        "leak_clips": int(clips.truth.sum()), "confidence": confidence,
+        "bootstrap_resamples": resamples, "selected": select_method(auc, margin),
+        "selection_margin": margin, "methods": methods}
+    if nested_figures is not None:
+        out["selected_nested"] = {"per_fold": list(nested), **{
+            k: v for k, v in nested_figures.items() if k.startswith("recording_")}}
+    if paired is not None:
+        out["paired"] = paired
     return out
 
 
@@ -155,11 +207,27 @@ def oof_rows(oof: OutOfFold) -> list[dict[str, Any]]:
     return rows
 
 
+def recording_rows(oof: OutOfFold) -> list[dict[str, Any]]:
+    """The out-of-fold recording verdicts: a row per test recording, a score and decision per
+    method."""
+    rows = []
+    for i in range(len(oof.truth)):
+        row: dict[str, Any] = {"fold": int(oof.fold[i]) + 1, "recording_id": oof.recording_id[i],
+                               "group": oof.group[i], "leak": int(oof.truth[i])}
+        for m in oof.methods:
+            row[f"{m}_score"] = f"{oof.scores[m][i]:.6g}"
+            row[f"{m}_leak"] = int(oof.decision[m][i])
+        rows.append(row)
+    return rows
+
+
 def fold_records(summary: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The DVC plot rows: one per fold and method with its ROC-AUC and file F1."""
+    """The DVC plot rows: one per fold and method with its recording and clip ROC-AUC."""
     rows = []
     for m, figs in summary["methods"].items():
-        for f, (auc, f1) in enumerate(zip(figs["roc_auc"]["folds"], figs["file_f1"]["folds"],
-                                          strict=True)):
-            rows.append({"fold": f + 1, "method": m, "roc_auc": auc, "file_f1": f1})
+        for f, (auc, f1, clip_auc) in enumerate(zip(
+                figs["recording_roc_auc"]["folds"], figs["recording_f1"]["folds"],
+                figs["clip_roc_auc"]["folds"], strict=True)):
+            rows.append({"fold": f + 1, "method": m, "recording_roc_auc": auc,
+                         "recording_f1": f1, "clip_roc_auc": clip_auc})
     return rows

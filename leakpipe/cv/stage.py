@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from leakpipe import tracking
+from leakpipe.baselines.logger_stats import read_recordings
 from leakpipe.code_digest import package_digest
 from leakpipe.config import CrossvalConfig, load_section
 from leakpipe.config.crossval import CNN_METHOD
@@ -39,7 +40,14 @@ from leakpipe.cv.data import Recordings, pool_recordings, write_fold
 from leakpipe.cv.figure import folds_figure
 from leakpipe.cv.folds import ROLES, TEST, Fold, make_folds
 from leakpipe.cv.methods import Settings, run_fold_methods
-from leakpipe.cv.report import OutOfFold, fold_records, oof_rows, summarise
+from leakpipe.cv.recording_level import nested_choices
+from leakpipe.cv.report import (
+    OutOfFold,
+    fold_records,
+    oof_rows,
+    recording_rows,
+    summarise,
+)
 from leakpipe.data.reader import open_split
 from leakpipe.errors import DataError
 from leakpipe.files import file_sha256, write_csv_atomic, write_json_atomic
@@ -75,7 +83,8 @@ def load_settings(params: Path, plan: Mapping[str, Any] | None, *,
     cv: CrossvalConfig = load_section(params, "cv")
     if folds is not None:
         cv = dataclasses.replace(cv, folds=folds)
-    names = ("model", "train", "runtime", "decision", "evaluate", "baselines", "preload")
+    names = ("model", "train", "runtime", "decision", "evaluate", "baselines", "detector",
+             "preload")
     return Settings(cv=cv, plan=plan or {}, **{n: load_section(params, n) for n in names})
 
 
@@ -98,12 +107,15 @@ def run_cv(paths: CvPaths, params: Path, *, folds: int | None = None,
         results.append(_fold_result(fold, recordings, settings, paths.work, progress))
         settings = _with_plan(settings, paths.work)
     oof = assemble(results, cv.methods)
-    summary = summarise(oof, resamples=cv.bootstrap_resamples, confidence=cv.confidence,
-                        seed=cv.seed)
+    recording_oof = assemble_recordings(results, cv.methods)
+    margin = settings.detector.selection_margin
+    summary = summarise(oof, recording_oof, resamples=cv.bootstrap_resamples,
+                        confidence=cv.confidence, seed=cv.seed, margin=margin,
+                        nested=nested_choices(results, margin))
     summary["sizes"] = [r["sizes"] for r in results]
     histories = [r["methods"][CNN_METHOD]["info"]["history"] for r in results
                  if CNN_METHOD in r["methods"]]
-    _write_outputs(paths, summary, oof, histories)
+    _write_outputs(paths, summary, oof, recording_oof, histories)
     _log_runs(paths, summary, results, settings, sha, tags or {})
     return summary
 
@@ -149,6 +161,7 @@ def _fold_result(fold: Fold, recordings: Recordings, settings: Settings, work: P
         settings = _planned(settings, files, work)
     methods = run_fold_methods(files, settings, directory / "fit", progress=progress)
     result = {"fold": fold.index, "test": _test_table(files[TEST]),
+              "test_recordings": _recording_table(files[TEST]),
               "sizes": {r: int(len(fold.rows(r))) for r in ROLES},
               "methods": {m.name: m.to_dict() for m in methods}}
     write_json_atomic(done, result)
@@ -181,6 +194,31 @@ def _test_table(path: Path) -> dict[str, list[Any]]:
                 "leak": split.binary_labels.astype(int).tolist()}
 
 
+def _recording_table(path: Path) -> dict[str, list[Any]]:
+    table = read_recordings(path)
+    return {"recording_id": table.recording_id.tolist(), "group": table.group.tolist(),
+            "leak": table.truth.astype(int).tolist()}
+
+
+def assemble_recordings(results: Sequence[Mapping[str, Any]],
+                        methods: Sequence[str]) -> OutOfFold:
+    """The fold results' recording verdicts as one out-of-fold table (``clip`` unused: 0)."""
+    def cat(key: str) -> np.ndarray:
+        return np.concatenate([np.asarray(r["test_recordings"][key]) for r in results])
+
+    def method(m: str, key: str, dtype: type) -> np.ndarray:
+        return np.concatenate([np.asarray(r["methods"][m]["recording"][key], dtype=dtype)
+                               for r in results])
+
+    truth = cat("leak").astype(bool)
+    fold = np.concatenate([np.full(len(r["test_recordings"]["leak"]), r["fold"])
+                           for r in results])
+    return OutOfFold(fold=fold, recording_id=cat("recording_id"), group=cat("group"),
+                     clip=np.zeros(len(truth), dtype=int), truth=truth,
+                     scores={m: method(m, "scores", np.float64) for m in methods},
+                     decision={m: method(m, "decision", bool) for m in methods})
+
+
 def assemble(results: Sequence[Mapping[str, Any]], methods: Sequence[str]) -> OutOfFold:
     """The fold results as one out-of-fold table."""
     def cat(key: str) -> np.ndarray:
@@ -196,10 +234,17 @@ def assemble(results: Sequence[Mapping[str, Any]], methods: Sequence[str]) -> Ou
                                      for r in results]) for m in methods})
 
 
+def recordings_csv(predictions: Path) -> Path:
+    """Where the out-of-fold recording verdicts go: beside the clip predictions."""
+    return predictions.with_name(f"{predictions.stem}_recordings.csv")
+
+
 def _write_outputs(paths: CvPaths, summary: Mapping[str, Any], oof: OutOfFold,
+                   recording_oof: OutOfFold,
                    histories: Sequence[Sequence[Mapping[str, float]]]) -> None:
     write_json_atomic(paths.metrics, json_safe(dict(summary)))
     write_csv_atomic(paths.predictions, oof_rows(oof))
+    write_csv_atomic(recordings_csv(paths.predictions), recording_rows(recording_oof))
     write_csv_atomic(paths.plots_dir / PLOT_ROWS, fold_records(json_safe(dict(summary))))
     figure = folds_figure(summary, histories)
     tmp = paths.plots_dir / f".{PLOT_FIGURE}.tmp.png"
@@ -247,12 +292,18 @@ def _log_child(parent_id: str | None, result: Mapping[str, Any], method: str,
 
 
 def summary_line(summary: Mapping[str, Any], path: Path) -> str:
-    parts = [f"{m} ROC-AUC {f['roc_auc']['mean']:.3f} ({f['roc_auc']['ci_low']:.2f}-"
-             f"{f['roc_auc']['ci_high']:.2f})" for m, f in summary["methods"].items()]
+    key = "recording_roc_auc"
+    parts = [f"{m} {f[key]['mean']:.3f} ({f[key]['ci_low']:.2f}-{f[key]['ci_high']:.2f})"
+             for m, f in summary["methods"].items()]
     text = (f"crossval: {summary['folds']} folds, {summary['sites']} sites, "
-            f"{summary['recordings']} recordings: {'; '.join(parts)}")
+            f"{summary['recordings']} recordings, recording ROC-AUC: {'; '.join(parts)}")
     if "paired" in summary:
-        d = summary["paired"]["roc_auc"]
-        text += (f"; cnn - {summary['paired']['minus']} ROC-AUC {d['mean']:+.3f} "
+        d = summary["paired"][key]
+        text += (f"; cnn - {summary['paired']['minus']} {d['mean']:+.3f} "
                  f"({d['ci_low']:+.2f} to {d['ci_high']:+.2f})")
+    text += f"; selected {summary['selected']}"
+    if "selected_nested" in summary:
+        d = summary["selected_nested"][key]
+        text += (f" (nested estimate {d['mean']:.3f}, {d['ci_low']:.2f}-{d['ci_high']:.2f}; "
+                 f"per fold {', '.join(map(str, summary['selected_nested']['per_fold']))})")
     return f"{text} -> {path}"

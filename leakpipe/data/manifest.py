@@ -13,29 +13,21 @@ sub-folder name (as the original system did) and the group from ``group_by``:
 - ``file``: every file is its own group (its path below the root).
 - ``folder``: the folder right below the class folder (``<root>/<CLASS>/<site>/*.wav`` ->
   ``<site>``), so that no site is in two splits.
+
+Either way one file listed twice, or a byte-identical copy of it, never becomes two recordings
+(``leakpipe.data.identity``; ``build.duplicates``).
 """
 
 from __future__ import annotations
 
 import csv
 import re
-from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from leakpipe.constants import AUDIO_SUFFIXES, MANIFEST_COLUMNS, MANIFEST_NAME
+from leakpipe.data.identity import Recording, unique_recordings
 from leakpipe.errors import DataError
 from leakpipe.files import listed_entries
-
-
-@dataclass(frozen=True)
-class Recording:
-    """One source recording: where it is, its class and its group (site / sensor)."""
-
-    path: Path
-    recording_id: str
-    label: str
-    group: str
-
 
 GROUP_BY: tuple[str, ...] = ("stem", "file", "folder")  # build.group_by, folder sources only
 # <stem><sep><tag><N>: a numbered piece of recording <stem> (the extension already removed)
@@ -64,15 +56,19 @@ def folder_group(rel: str, group_by: str) -> str:
     raise ValueError(f"group_by must be one of {GROUP_BY}, got {group_by!r}")
 
 
-def discover(source: Path, group_by: str = "stem") -> list[Recording]:
-    """Recordings named by ``source`` (manifest file, folder with manifest, or class folders).
+def discover(source: Path, group_by: str = "stem",
+             duplicates: str = "refuse") -> list[Recording]:
+    """Recordings named by ``source`` (manifest file, folder with manifest, or class folders),
+    each once: a file named twice or copied is refused, or with ``duplicates`` = ``drop``
+    kept once when its rows agree on class and group (``leakpipe.data.identity``).
 
     ``group_by`` applies to class folders only; a manifest's ``group`` column always wins.
     """
     manifest = manifest_of(source)
     if manifest is not None:
-        return read_manifest(manifest)
-    return scan_class_folders(Path(source), group_by)
+        return unique_recordings(read_manifest(manifest), manifest, duplicates)
+    return unique_recordings(scan_class_folders(Path(source), group_by), Path(source),
+                             duplicates)
 
 
 def manifest_of(source: Path) -> Path | None:
@@ -88,9 +84,12 @@ def manifest_of(source: Path) -> Path | None:
 
 
 def read_manifest(path: Path) -> list[Recording]:
+    """The rows of a manifest CSV, paths joined to its folder. ``utf-8-sig``: Excel's "CSV
+    UTF-8" starts the file with a byte-order mark, which would otherwise be read as part of
+    the first column's name (and ``path`` reported missing)."""
     root = path.parent
     try:
-        with path.open(newline="") as handle:
+        with path.open(newline="", encoding="utf-8-sig") as handle:
             reader = csv.DictReader(handle)
             missing = [c for c in MANIFEST_COLUMNS if c not in (reader.fieldnames or [])]
             if missing:

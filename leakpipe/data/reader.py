@@ -21,10 +21,14 @@ from leakpipe.constants import (
     ATTR_FEATURES,
     ATTR_LEAK_CLASS,
     ATTR_SCHEMA_VERSION,
+    ATTR_STATS_CONFIG,
+    ATTR_STATS_NAMES,
     H5_GROUP,
     H5_LABELS,
     H5_MEL,
     H5_RECORDING_ID,
+    H5_RECORDING_RATE,
+    H5_RECORDING_STATS,
     LEAK_CLASS,
     SCHEMA_VERSION,
 )
@@ -158,6 +162,48 @@ class SplitReader:
     @cached_property
     def groups(self) -> np.ndarray:
         return self.h5[H5_GROUP].asstr()[:]
+
+    @property
+    def has_stats(self) -> bool:
+        return H5_RECORDING_STATS in self.h5
+
+    @cached_property
+    def stats_names(self) -> tuple[str, ...]:
+        """The columns of ``recording_stats`` (a split built before them: refused)."""
+        self._need_stats()
+        value = self._json_attr(ATTR_STATS_NAMES)
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise self._fail(f"attribute {ATTR_STATS_NAMES!r} must be a JSON list of strings")
+        return tuple(value)
+
+    @cached_property
+    def stats_config(self) -> dict[str, object]:
+        self._need_stats()
+        value = self._json_attr(ATTR_STATS_CONFIG)
+        if not isinstance(value, dict):
+            raise self._fail(f"attribute {ATTR_STATS_CONFIG!r} must be a JSON object")
+        return value
+
+    @cached_property
+    def recording_stats(self) -> np.ndarray:
+        """(files, S) float32: each clip's recording's statistics (NaN: band above Nyquist)."""
+        self._need_stats()
+        stats = self.h5[H5_RECORDING_STATS]
+        if stats.shape != (self.n_files, len(self.stats_names)):
+            raise self._fail(f"dataset {H5_RECORDING_STATS!r} has shape {stats.shape}, "
+                             f"expected ({self.n_files}, {len(self.stats_names)})")
+        return stats[:].astype(np.float32)
+
+    @cached_property
+    def recording_rates(self) -> np.ndarray:
+        """(files,) int: each clip's recording's own sample rate."""
+        self._need_stats()
+        return self.h5[H5_RECORDING_RATE][:].astype(np.int64)
+
+    def _need_stats(self) -> None:
+        if not self.has_stats:
+            raise self._fail(f"dataset {H5_RECORDING_STATS!r} missing (the split was built "
+                             "before recording statistics; rebuild it with `leakpipe build`)")
 
     # -- data views ------------------------------------------------------------------------
 

@@ -7,8 +7,10 @@ error never leaves a half-written split that DVC could cache as valid.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 import h5py
 import numpy as np
@@ -22,12 +24,16 @@ from leakpipe.constants import (
     ATTR_LEAK_CLASS,
     ATTR_SCHEMA_VERSION,
     ATTR_SPLIT,
+    ATTR_STATS_CONFIG,
+    ATTR_STATS_NAMES,
     ATTR_VERSION,
     H5_CLIP_INDEX,
     H5_GROUP,
     H5_LABELS,
     H5_MEL,
     H5_RECORDING_ID,
+    H5_RECORDING_RATE,
+    H5_RECORDING_STATS,
     H5_WAVEFORM,
     LEAK_CLASS,
     SCHEMA_VERSION,
@@ -45,12 +51,26 @@ def chunk_rows(row_bytes: int, chunk_mb: float) -> int:
     return max(1, int(chunk_mb * 2**20) // max(1, row_bytes))
 
 
+@dataclass(frozen=True)
+class StatsColumns:
+    """What the split's ``recording_stats`` columns are and the settings that computed them."""
+
+    names: tuple[str, ...]
+    config: dict[str, Any]
+
+
 class SplitWriter:
-    """Append clips to ``path`` (a context manager; commit on clean exit, discard on error)."""
+    """Append clips to ``path`` (a context manager; commit on clean exit, discard on error).
+
+    With ``stats``, every clip row also carries its recording's whole-recording statistics and
+    sample rate (the same values on each row of a recording: every reader selects clip rows,
+    so a recording's statistics travel with whichever of its rows are read).
+    """
 
     def __init__(self, path: Path, split: str, features: FeatureConfig,
                  class_names: tuple[str, ...], dtype: str = "float16",
-                 chunk_mb: float = 1.0, store_waveform: bool = False) -> None:
+                 chunk_mb: float = 1.0, store_waveform: bool = False,
+                 stats: StatsColumns | None = None) -> None:
         self.path = Path(path)
         self.tmp_path = temporary_sibling(self.path)
         self.rows = 0
@@ -78,6 +98,14 @@ class SplitWriter:
             H5_GROUP: self._column(H5_GROUP, _STR),
             H5_CLIP_INDEX: self._column(H5_CLIP_INDEX, np.int16),
         }
+        if stats is not None:
+            f.attrs[ATTR_STATS_NAMES] = encode_json(list(stats.names))
+            f.attrs[ATTR_STATS_CONFIG] = encode_json(stats.config)
+            k = len(stats.names)
+            self._datasets[H5_RECORDING_STATS] = f.create_dataset(
+                H5_RECORDING_STATS, shape=(0, k), maxshape=(None, k), dtype=np.float32,
+                chunks=(max(self._chunk, 256), k), track_times=False)
+            self._datasets[H5_RECORDING_RATE] = self._column(H5_RECORDING_RATE, np.int32)
         if store_waveform:
             n = features.clip_samples
             self._datasets[H5_WAVEFORM] = f.create_dataset(
@@ -89,8 +117,13 @@ class SplitWriter:
                                        chunks=(max(self._chunk, 256),), track_times=False)
 
     def append(self, mel: np.ndarray, label: int, recording_id: str, group: str,
-               waveform: np.ndarray | None = None) -> None:
-        """Append all clips of one recording: ``mel`` is (clips, n_long, n_short, n_mels, T)."""
+               waveform: np.ndarray | None = None, stats: np.ndarray | None = None,
+               rate: int = 0) -> None:
+        """Append all clips of one recording: ``mel`` is (clips, n_long, n_short, n_mels, T);
+        ``stats`` (S,) its statistics and ``rate`` its own sample rate (files with stats)."""
+        if (H5_RECORDING_STATS in self._datasets) != (stats is not None):
+            raise DataError(f"{recording_id}: recording statistics given to a split "
+                            f"{'without' if stats is not None else 'with'} a stats column")
         n = mel.shape[0]
         if n > CLIP_INDEX_LIMIT:
             raise DataError(f"{recording_id}: {n} clips; clip_index (int16) holds at most "
@@ -108,6 +141,10 @@ class SplitWriter:
         self._datasets[H5_RECORDING_ID][start:start + n] = [recording_id] * n
         self._datasets[H5_GROUP][start:start + n] = [group] * n
         self._datasets[H5_CLIP_INDEX][start:start + n] = np.arange(n, dtype=np.int16)
+        if stats is not None:
+            self._datasets[H5_RECORDING_STATS][start:start + n] = np.broadcast_to(
+                np.asarray(stats, np.float32), (n, len(stats)))
+            self._datasets[H5_RECORDING_RATE][start:start + n] = np.full(n, rate, np.int32)
         if H5_WAVEFORM in self._datasets and waveform is not None:
             self._datasets[H5_WAVEFORM][start:start + n] = waveform
         self.rows += n

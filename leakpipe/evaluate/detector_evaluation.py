@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 from matplotlib.figure import Figure
 
-from leakpipe.config import DecisionConfig, EvaluateConfig
+from leakpipe.config import DecisionConfig, EvaluateConfig, QualityConfig
 from leakpipe.constants import DECISION_NAMES, H5_CLIP_INDEX
 from leakpipe.data.reader import open_split
 from leakpipe.data.schema import task_labels
@@ -263,9 +263,9 @@ def _summary_metrics(point: OperatingPoint, val: SplitResult,
 # -- outputs ------------------------------------------------------------------------------------
 
 def detector_of(evaluation: Evaluation, network: Network, limits: BatchLimits,
-                min_clip_fraction: float) -> Detector:
+                min_clip_fraction: float, *, quality: QualityConfig) -> Detector:
     """The network with the operating point chosen on val, its headline figures and the
-    scoring rules `leakpipe predict` follows."""
+    scoring rules `leakpipe predict` follows (``quality``: build's signal checks)."""
     point = evaluation.point
     return with_operating_point(
         network, voting=VotingConfig(prob_mode=evaluation.prob_mode, rule=point.rule,
@@ -274,7 +274,7 @@ def detector_of(evaluation: Evaluation, network: Network, limits: BatchLimits,
         metrics={k: evaluation.metrics[k] for k in DETECTOR_METRICS
                  if math.isfinite(evaluation.metrics.get(k, math.nan))},
         batch_limits=limits, min_clip_fraction=min_clip_fraction,
-        calibration=evaluation.calibration, domain=evaluation.domain)
+        calibration=evaluation.calibration, domain=evaluation.domain, quality=quality)
 
 
 def write_outputs(evaluation: Evaluation, detector: Detector, *, metrics_path: Path,

@@ -82,7 +82,7 @@ def run_evaluate(paths: EvaluatePaths, params: Path, *, progress: bool = True) -
     """The whole stage; returns the exit code (errors raise ``LeakpipeError``)."""
     cfg, decision = load_section(params, STAGE), load_section(params, "decision")
     rt = load_section(params, "runtime")
-    min_clip_fraction = load_section(params, "build").min_clip_fraction
+    build = load_section(params, "build")   # the detector keeps its scoring and signal rules
     runtime = make_runtime(rt.device, rt.amp, rt.channels_last)
     splits = {s: paths.split(s) for s in ("val", "test")}
     trust = trust_splits(paths.validated, splits)
@@ -97,13 +97,14 @@ def run_evaluate(paths: EvaluatePaths, params: Path, *, progress: bool = True) -
         train_run = _link_train_run(run, sha)
         evaluation = evaluate_detector(network, {**splits, **_train_split(paths)}, plan, cfg,
                                        decision, runtime, progress=progress)
-        detector = detector_of(evaluation, network, batch_limits(plan, cfg), min_clip_fraction)
+        detector = detector_of(evaluation, network, batch_limits(plan, cfg),
+                               build.min_clip_fraction, quality=build.quality)
         write_outputs(evaluation, detector, metrics_path=paths.metrics,
                       plots_dir=paths.plots_dir, predictions_path=paths.predictions,
                       detector_path=paths.detector)
         data = tracking.run_tag(train_run, tracking.TAG_DATA) if train_run else None
         card = _card_inputs(evaluation, detector, cfg.confidence, sha, trust.sha256["test"],
-                            training_text(data), load_section(params, "build").source, paths,
+                            training_text(data), build.source, paths,
                             train_run)
         card_text = model_card(card)
         if paths.model_card is not None:

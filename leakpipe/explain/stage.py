@@ -16,8 +16,10 @@ import csv
 import io
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from leakpipe.allocator import retain_freed_memory
 from leakpipe.constants import DECISION_NAMES
@@ -26,9 +28,11 @@ from leakpipe.explain.figure import explanation_figure
 from leakpipe.explain.occlusion import FILLS
 from leakpipe.explain.recording import Explanation, explain_recording, to_json
 from leakpipe.files import json_text, os_problem, write_bytes_atomic, write_text_atomic
-from leakpipe.predict import batch_budget, find_recordings, load, scoring_rules
+from leakpipe.predict import batch_budget, find_recordings, resolve_model, scoring_rules
 from leakpipe.predict_rows import STATUS_OK
+from leakpipe.predict_target import check_folder
 from leakpipe.runtime import make_runtime
+from leakpipe.stats_detector import StatsDetector, load_any_detector
 
 log = logging.getLogger(__name__)
 
@@ -41,24 +45,64 @@ def run_explain(paths: Sequence[Path], model: str, out: Path, params: Path, *,
     if fill not in FILLS:
         raise DataError(f"--fill: {fill!r} is not one of {list(FILLS)}")
     out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise DataError(f"{out}: exists and is not a folder (--out names a folder)")
+    check_folder(out, "--out")
     runtime = make_runtime(device, "auto", device_key="--device")
     retain_freed_memory()
-    detector = load(model)
+    detector = load_any_detector(resolve_model(model))
+    if isinstance(detector, StatsDetector):
+        return _explain_stats(paths, detector, out)
     if bands_per_group > detector.features.n_mels:
         raise DataError(f"--bands-per-group: {bands_per_group} is more than the model's "
                         f"{detector.features.n_mels} mel bands")
     rules = scoring_rules(detector, params)
     net = detector.inference_model().to(runtime.device)
     budget = batch_budget(detector, rules, runtime)
+
+    def explain(path: Path) -> Rendered:
+        ex = explain_recording(path, detector, net, runtime=runtime, budget=budget,
+                               min_fraction=rules.min_clip_fraction,
+                               bands_per_group=bands_per_group, fill=fill)
+        return Rendered(explanation_figure(ex), to_json(ex),
+                        f"{ex.decision} (score {ex.score:.3f}, threshold "
+                        f"{detector.threshold:g}); {_top(ex)}")
+
+    return _explain_each(paths, out, explain)
+
+
+def _explain_stats(paths: Sequence[Path], detector: StatsDetector, out: Path) -> int:
+    """A logger_stats detector: per recording the statistics that moved its score."""
+    from leakpipe.explain import stats
+
+    def explain(path: Path) -> Rendered:
+        ex = stats.explain_stats_recording(path, detector)
+        top = next(iter(ex.contributions.items()))
+        return Rendered(stats.stats_figure(ex, detector.threshold),
+                        stats.to_json(ex, detector.threshold),
+                        f"{ex.decision} (P(LEAK) {ex.score:.3f}, threshold "
+                        f"{detector.threshold:g}); most from {top[0]} ({top[1]:+.2f} to the "
+                        "logit)")
+
+    return _explain_each(paths, out, explain)
+
+
+@dataclass(frozen=True)
+class Rendered:
+    """One recording's explanation: its figure, its JSON and the summary line's middle."""
+
+    figure: Any
+    data: dict[str, Any]
+    line: str
+
+
+def _explain_each(paths: Sequence[Path], out: Path,
+                  explain: Callable[[Path], Rendered]) -> int:
+    """``DIR/<stem>.png`` and ``.json`` per recording, one line each; a recording that cannot
+    be read or explained is one ``error:`` line and the exit code becomes 3."""
     stems: dict[str, int] = {}
     failed = 0
     for path in find_recordings(paths):
         try:
-            ex = explain_recording(path, detector, net, runtime=runtime, budget=budget,
-                                   min_fraction=rules.min_clip_fraction,
-                                   bands_per_group=bands_per_group, fill=fill)
+            rendered = explain(path)
         except DataError as exc:
             failed += 1
             print(f"error: {exc}", file=sys.stderr)
@@ -69,12 +113,11 @@ def run_explain(paths: Sequence[Path], model: str, out: Path, params: Path, *,
             continue
         stem = _unique(path.stem, stems)
         png = io.BytesIO()
-        explanation_figure(ex).savefig(png, format="png", dpi=DPI)
+        rendered.figure.savefig(png, format="png", dpi=DPI)
         out.mkdir(parents=True, exist_ok=True)
         write_bytes_atomic(out / f"{stem}.png", png.getvalue())
-        write_text_atomic(out / f"{stem}.json", json_text(to_json(ex)))
-        print(f"explain: {path}: {ex.decision} (score {ex.score:.3f}, threshold "
-              f"{detector.threshold:g}); {_top(ex)} -> {out / stem}.png, .json")
+        write_text_atomic(out / f"{stem}.json", json_text(rendered.data))
+        print(f"explain: {path}: {rendered.line} -> {out / stem}.png, .json")
     return 3 if failed else 0
 
 

@@ -129,14 +129,16 @@ def checked_onnx(detector: Detector, where: str) -> tuple[bytes, float]:
     return model, diff
 
 
-def with_metadata(model: bytes, props: dict[str, str]) -> bytes:
+SEGMENT_DOC = ("leakpipe segment scorer: (batch, 1, n_mels, n_frames) log-mel dB -> class "
+               "probabilities then the leak probability; see metadata leakpipe_rules")
+
+
+def with_metadata(model: bytes, props: dict[str, str], doc: str = SEGMENT_DOC) -> bytes:
     """``model`` with ``props`` as its metadata (``metadata_props``), e.g. the rules JSON, so
     the .onnx file alone still says how to use it."""
     import onnx
 
     proto = onnx.load_from_string(model)
     onnx.helper.set_model_props(proto, props)
-    proto.doc_string = ("leakpipe segment scorer: (batch, 1, n_mels, n_frames) log-mel dB -> "
-                        "class probabilities then the leak probability; see metadata "
-                        "leakpipe_rules")
+    proto.doc_string = doc
     return proto.SerializeToString()

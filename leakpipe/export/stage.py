@@ -11,12 +11,12 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from leakpipe.detector import load_detector
 from leakpipe.errors import DataError
 from leakpipe.export.graph import OPSET, checked_onnx, with_metadata
 from leakpipe.export.rules import edge_rules, raw_detector
 from leakpipe.files import file_sha256, json_text, write_atomic, write_text_atomic
 from leakpipe.predict import resolve_model
+from leakpipe.stats_detector import StatsDetector, load_any_detector
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +34,9 @@ def run_export(spec: str, out: Path, fmt: str = "onnx") -> int:
     if out.exists() and not out.is_dir():
         raise DataError(f"{out}: exists and is not a folder (--out names a folder)")
     path = resolve_model(spec)
-    detector = load_detector(path)
+    detector = load_any_detector(path)
+    if isinstance(detector, StatsDetector):
+        return _export_stats(detector, spec, path, out)
     graph, diff = checked_onnx(detector, str(path))
     rules = edge_rules(detector, raw_detector(path), source=spec, sha256=file_sha256(path),
                        onnx_file=ONNX_FILE, max_diff=diff)
@@ -47,4 +49,22 @@ def run_export(spec: str, out: Path, fmt: str = "onnx") -> int:
           f"largest |onnxruntime - torch| {diff:.1e}) and {out / RULES_FILE} (input_norm "
           f"{detector.input_norm}, rule {detector.voting.rule}, threshold "
           f"{detector.threshold:g})")
+    return 0
+
+
+def _export_stats(detector: StatsDetector, spec: str, path: Path, out: Path) -> int:
+    """A logger_stats detector: its statistics -> probability graph and the measuring rules."""
+    from leakpipe.export import stats_graph
+
+    graph, diff = stats_graph.checked_onnx(detector, str(path))
+    rules = stats_graph.stats_rules(detector, source=spec, sha256=file_sha256(path),
+                                    onnx_file=ONNX_FILE, max_diff=diff)
+    text = json_text(rules)
+    model = with_metadata(graph, {RULES_PROP: text}, doc=stats_graph.DOC)
+    out.mkdir(parents=True, exist_ok=True)
+    write_atomic(out / ONNX_FILE, lambda handle: handle.write(model),
+                 before_replace=lambda _tmp, _path: write_text_atomic(out / RULES_FILE, text))
+    print(f"export: {out / ONNX_FILE} (logger_stats, {len(detector.net.names)} statistics, "
+          f"ONNX opset {OPSET}, largest |onnxruntime - torch| {diff:.1e}) and "
+          f"{out / RULES_FILE} (threshold {detector.threshold:g})")
     return 0

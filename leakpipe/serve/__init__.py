@@ -12,8 +12,9 @@ wherever its pinned requirements are installed.
 
 Input, one row per recording (``INPUT_SCHEMA``): ``waveform``, the samples as a list of numbers
 (mono, full scale = 1: a client mixes channels down and reads PCM as float, as soundfile's
-``dtype="float32"`` does), ``sample_rate`` in Hz (any integer rate: it is resampled to the
-model's), and an optional ``id`` echoed back (default ``recording-<row>``). File paths are not
+``dtype="float32"`` does), ``sample_rate`` in Hz (any whole number of Hz: it is resampled to
+the model's; ``4096.5`` or ``"8k"`` is refused as sent, not cast), and an optional ``id``
+echoed back (default ``recording-<row>``). File paths are not
 accepted: a served model would then read files on the server's disk for whoever asks; files are
 `leakpipe predict`'s input.
 
@@ -24,7 +25,10 @@ Output, one row per recording in input order: ``id`` and then predict's columns 
 ``notes``), the timeline as three lists in time order (each long segment's start in seconds,
 its clip, its probability). A
 recording that cannot be used (too short, non-finite samples, a bad rate) gets ``status``
-"error" and its reason in ``notes``; the others are still answered.
+"error" and its reason in ``notes``; one whose signal fails build's checks as the detector's
+`build.quality` refuses them (a dead, constant channel always) gets ``status`` "unusable",
+no ``decision`` and no ``leak_prob``: a silent logger never reads as "no leak". The others
+are still answered; a check that only flags a recording is in its ``notes``.
 
 Modules: ``model`` (``DetectorModel``, the schema and input example, ``log_served_detector``),
 ``model_code`` (what MLflow runs at load time), ``server`` (`leakpipe serve`). Nothing is

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import math
 from pathlib import Path
 from typing import Any
@@ -12,12 +13,13 @@ import pandas as pd
 from mlflow.models import ModelSignature
 from mlflow.pyfunc import PythonModel
 from mlflow.types import ColSpec, DataType, Schema
-from mlflow.types.schema import Array
+from mlflow.types.schema import AnyType, Array
 
 import leakpipe
 from leakpipe import tracking
 from leakpipe.audio.clips import AudioError
 from leakpipe.audio.io import AudioSource, waveform_source
+from leakpipe.audio.quality import DEAD_ONLY
 from leakpipe.detector import Detector, load_detector
 from leakpipe.errors import DataError
 from leakpipe.predict import ScoringRules, batch_budget, score_recordings
@@ -35,9 +37,11 @@ REQUIREMENTS = ("torch", "numpy", "scipy", "soundfile", "h5py", "pandas", "pyyam
 EXAMPLE_RATES = (2000, 3000)   # Hz: two rows at two rates, neither the model's
 OUTPUT_COLUMNS = ("id", *(c for c in COLUMNS if c != "path"))
 
+# sample_rate is "any": declared long, MLflow's REST parser casts 4096.5 to 4096 before
+# leakpipe sees it; as sent, ``_rate`` refuses a rate that is not a whole number
 INPUT_SCHEMA = Schema([
     ColSpec(Array(DataType.double), "waveform"),
-    ColSpec(DataType.long, "sample_rate"),
+    ColSpec(AnyType(), "sample_rate"),
     ColSpec(DataType.string, "id", required=False),
 ])
 _NUMBER_COLUMNS = ("leak_prob", "threshold", "vote_fraction", "frac_long_over", "duration_s",
@@ -53,6 +57,8 @@ OUTPUT_SCHEMA = Schema([
     for name in OUTPUT_COLUMNS
 ])
 
+log = logging.getLogger(__name__)
+
 
 class DetectorModel(PythonModel):
     """A detector file answering requests of recordings (see ``leakpipe.serve``)."""
@@ -61,29 +67,38 @@ class DetectorModel(PythonModel):
         self.detector = load_detector(Path(context.artifacts[ARTIFACT]))
         self.runtime = make_runtime("auto", "auto", device_key="serve device")
         self.network = self.detector.inference_model().to(self.runtime.device)
-        rules = served_rules(self.detector)
-        self.min_fraction = rules.min_clip_fraction
-        self.budget = batch_budget(self.detector, rules, self.runtime)
+        self.rules = served_rules(self.detector)
+        self.budget = batch_budget(self.detector, self.rules, self.runtime)
 
     def predict(self, context: Any, model_input: pd.DataFrame,
                 params: dict[str, Any] | None = None) -> pd.DataFrame:
         rows = served_rows(model_input, self.detector, self.network, runtime=self.runtime,
-                           budget=self.budget, min_fraction=self.min_fraction)
+                           budget=self.budget, rules=self.rules)
         # object columns: an error row's missing figures stay None (JSON null) and counts
         # stay integers, rather than pandas turning both into floats and NaN
         return pd.DataFrame(rows, columns=list(OUTPUT_COLUMNS), dtype=object)
 
 
 def served_rules(detector: Detector) -> ScoringRules:
-    """The detector's own scoring rules: a served model has no params.yaml to fall back on."""
+    """The detector's own scoring rules: a served model has no params.yaml to fall back on.
+
+    A detector file older than its signal checks (version 7) is served with those that need
+    no threshold (a dead recording is refused), with one WARNING.
+    """
     if detector.batch_limits is None or detector.min_clip_fraction is None:
         raise DataError("the detector was written before detector files held their scoring "
                         "rules and cannot be served; re-run evaluate")
-    return ScoringRules(detector.batch_limits, detector.min_clip_fraction)
+    quality = detector.quality
+    if quality is None:
+        log.warning("the detector was written before detector files held build.quality: "
+                    "dead recordings are refused, none is flagged clipped or DC; re-run "
+                    "evaluate")
+        quality = DEAD_ONLY
+    return ScoringRules(detector.batch_limits, detector.min_clip_fraction, quality)
 
 
 def served_rows(frame: pd.DataFrame, detector: Detector, network: Any, *, runtime: Any,
-                budget: int, min_fraction: float) -> list[dict[str, Any]]:
+                budget: int, rules: ScoringRules) -> list[dict[str, Any]]:
     """One output row per input row, in order (see ``leakpipe.serve`` for both layouts)."""
     ids = _ids(frame)
     sources: list[AudioSource | Failed] = []
@@ -96,7 +111,8 @@ def served_rows(frame: pd.DataFrame, detector: Detector, network: Any, *, runtim
     usable = [s for s in sources if isinstance(s, AudioSource)]
     scored = iter([row for batch in score_recordings(usable, detector, network,
                                                      runtime=runtime, budget=budget,
-                                                     min_fraction=min_fraction)
+                                                     min_fraction=rules.min_clip_fraction,
+                                                     quality=rules.quality)
                    for row in batch])
     return [_served(next(scored) if isinstance(s, AudioSource) else error_row(s, detector), name)
             for s, name in zip(sources, ids, strict=True)]

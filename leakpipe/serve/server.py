@@ -5,12 +5,17 @@ its pinned packages are already here) with the project's tracking store, so ``mo
 resolve in its registry, and stops the server's whole process group on Ctrl-C / SIGTERM /
 SIGHUP as `leakpipe ui` does. Clients POST recordings to ``/invocations`` (see
 ``leakpipe.serve`` for the JSON) and ``GET /ping`` answers once the model is loaded.
+
+The address is tried first (``check_address``): a port already taken, or a host that is not
+this machine's, is one line before MLflow starts, rather than its server's traceback after.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import re
+import socket
 import sys
 from pathlib import Path
 
@@ -20,6 +25,7 @@ from leakpipe.tracking.server import serve
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 5001          # next to the MLflow UI's 5000
+PORTS = (1, 65535)           # a TCP port to listen on (0 would pick one no client knows)
 SERVED_FLAVOR = "python_function"
 ALIAS_URI = re.compile(r"models:/(?P<name>[^/@]+)@(?P<alias>[^/@]+)")
 
@@ -59,6 +65,29 @@ def missing_alias(model: str) -> str | None:
             f"with --model, e.g. models:/{name}@{tracking.ALIAS_CANDIDATE}")
 
 
+def check_address(host: str, port: int) -> None:
+    """Refuse (``DataError``) an address the server could not listen on: a port out of
+    ``PORTS``, a host that does not resolve to this machine, a port already in use. Bound as
+    uvicorn binds (``SO_REUSEADDR``), then released at once."""
+    if not PORTS[0] <= port <= PORTS[1]:
+        raise DataError(f"--port {port}: not a TCP port ({PORTS[0]} to {PORTS[1]})")
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port,
+                                                             type=socket.SOCK_STREAM)[0]
+    except socket.gaierror as exc:
+        raise DataError(f"--host {host}: cannot be resolved ({exc.strerror})") from None
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise DataError(f"--port {port}: already in use on {host} (another server?); "
+                                "choose another --port") from None
+            raise DataError(f"{host}:{port}: cannot listen there "
+                            f"({exc.strerror or exc})") from None
+
+
 def serve_command(model: str, host: str, port: int, workers: int) -> list[str]:
     """The ``mlflow models serve`` command line for ``model``."""
     return [sys.executable, "-m", "mlflow", "models", "serve", "-m", model,
@@ -83,7 +112,9 @@ def run_serve(model: str, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
               workers: int = 1) -> int:
     """Serve ``model`` until a stop signal; returns the exit code. A URI that is not a servable
     model (an alias that points nowhere yet, none there; a detector logged before detectors
-    were MLflow models) is a ``DataError`` before anything starts."""
+    were MLflow models) or an address it could not listen on is a ``DataError`` before
+    anything starts."""
+    check_address(host, port)
     if (hint := missing_alias(model)) is not None:
         raise DataError(hint)
     if SERVED_FLAVOR not in tracking.model_flavors(model):

@@ -115,6 +115,39 @@ def _duplicates(metas: Mapping[str, SplitMeta], summaries: Mapping[str, SplitSum
                   examples=sorted(examples, key=lambda e: e["row"]), limit=limit)
 
 
+def content_in_one_group(metas: Mapping[str, SplitMeta], summaries: Mapping[str, SplitSummary],
+                         limit: int) -> CheckResult:
+    """No content under two groups anywhere in the splits, one split included: cross-validation
+    pools the splits and cuts folds by group, so one audio filed under two sites (a WAV and its
+    FLAC copy) could be trained on in one fold and tested in another. Not one of `validate`'s
+    checks (a split may hold such rows without a leak between splits)."""
+    first: dict[int, tuple[str, int, str]] = {}       # fingerprint -> (split, row, group)
+    pairs: dict[tuple[str, str], list[tuple[int, int]]] = {}
+    for split, summary in summaries.items():
+        groups = summary.frame["group"].to_numpy(dtype=object)
+        for row, value in enumerate(summary.fingerprints.tolist()):
+            other = first.setdefault(value, (split, row, groups[row]))
+            if other[2] != groups[row]:
+                pairs.setdefault((split, other[0]), []).append((row, other[1]))
+    found = [(split, row, other, other_row) for (split, other), candidates in pairs.items()
+             for row, other_row in _confirmed(metas[split], metas[other], candidates)]
+    check, where = "content_in_one_group", next(iter(summaries), "")
+    if not found:
+        return passed(check, where, KIND_CROSS, observed=0)
+    split, row, other, other_row = found[0]
+    mine = [(r, f"{o}[{o_row}]") for s, r, o, o_row in found if s == split]
+    return failed(check, split, KIND_CROSS,
+                  f"{len(found)} file(s) identical to a file of another group, e.g. "
+                  f"{split}[{row}] (group {_group(summaries, split, row)!r}) = "
+                  f"{other}[{other_row}] (group {_group(summaries, other, other_row)!r})",
+                  observed=len(found), rows=[r for r, _ in mine], limit=limit,
+                  examples=[{"row": r, "same_as": same} for r, same in mine])
+
+
+def _group(summaries: Mapping[str, SplitSummary], split: str, row: int) -> str:
+    return str(summaries[split].frame["group"].iloc[row])
+
+
 def _first_index(fingerprints: np.ndarray) -> dict[int, int]:
     """fingerprint -> first row holding it."""
     out: dict[int, int] = {}

@@ -46,6 +46,14 @@ CHECKS: dict[str, str] = {
     "recordings_disjoint": "no recording id is in two splits",
     "groups_disjoint": "no group (site / sensor) is in two splits",
     "no_duplicate_content": "no file's content appears in two splits (fingerprint, then bytes)",
+    "stats_present": "recording_stats (files x statistics), their names and each recording's "
+                     "sample rate are all present and agree in shape, or all absent (a split "
+                     "built before recording statistics)",
+    "stats_plausible": "every present statistic is finite; levels lie within [floor_db, 20] dB, "
+                       "spreads and standard deviations are >= 0",
+    "stats_missing_above_nyquist": "a band's statistics are missing (NaN) exactly when the "
+                                   "band lies above the recording's Nyquist frequency",
+    "stats_per_recording": "every clip of one recording carries the same statistics",
 }
 
 

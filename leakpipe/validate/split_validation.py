@@ -15,12 +15,12 @@ from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 from leakpipe.config import ValidateConfig
-from leakpipe.validate.cross import cross_split_checks
+from leakpipe.validate.cross import content_in_one_group, cross_split_checks
 from leakpipe.validate.pool import SummaryPool
 from leakpipe.validate.results import KIND_STRUCTURE, CheckResult, failed
 from leakpipe.validate.structure import SplitMeta, inspect_split
 from leakpipe.validate.suite import run_suites
-from leakpipe.validate.summary import SplitSummary, finish_split, start_split
+from leakpipe.validate.summary import SplitSummary, finish_split, start_split, summarise_split
 from leakpipe.validate.validation_report import MIB, ValidationReport
 
 log = logging.getLogger(__name__)
@@ -54,6 +54,26 @@ def validate_splits(paths: Mapping[str, Path], cfg: ValidateConfig,
     checks += run_suites(summaries, metas, cfg)
     checks += cross_split_checks(metas, summaries, cfg.max_listed)
     return _report(checks, metas, summaries, params, start)
+
+
+def cross_split_failures(paths: Mapping[str, Path], cfg: ValidateConfig,
+                         progress: bool = False) -> list[CheckResult]:
+    """The failed structural and cross-split checks of ``paths`` alone (no expectation suite),
+    and ``content_in_one_group`` (what pooling the splits needs): for a command that builds
+    splits and cross-validates them at once (`leakpipe cv --source`), so that no recording,
+    site or content is in two splits, nor one content under two groups."""
+    metas = {split: inspect_split(split, Path(path)) for split, path in paths.items()}
+    broken = [c for meta in metas.values() for c in meta.checks if not c.passed]
+    if broken:
+        return broken
+    with SummaryPool(cfg.workers) as pool:
+        summaries = {split: summarise_split(meta, read_mb=cfg.read_mb,
+                                            constant_tol=cfg.constant_tol, pool=pool,
+                                            progress=progress)
+                     for split, meta in metas.items()}
+    checks = [*cross_split_checks(metas, summaries, cfg.max_listed),
+              content_in_one_group(metas, summaries, cfg.max_listed)]
+    return [c for c in checks if not c.passed]
 
 
 def _read_error(meta: SplitMeta, exc: BaseException) -> CheckResult:

@@ -30,6 +30,7 @@ from leakpipe.constants import (
 )
 from leakpipe.errors import ConfigError
 from leakpipe.validate.results import KIND_STRUCTURE, CheckResult, failed, passed
+from leakpipe.validate.stats_checks import stats_checks
 
 REQUIRED_ATTRS = (ATTR_SCHEMA_VERSION, ATTR_CLASS_NAMES, ATTR_FEATURES)
 REQUIRED_DATASETS = (H5_MEL, H5_LABELS, H5_RECORDING_ID, H5_GROUP)
@@ -179,6 +180,8 @@ def _inspect_datasets(meta: SplitMeta, h5: h5py.File) -> None:
     if H5_MEL not in missing + not_datasets:
         _inspect_mel(meta, h5[H5_MEL])
     checks_ok = [_columns(meta, h5, missing + not_datasets), _labels_dtype(meta, h5)]
+    if meta.mel_shape is not None and H5_RECORDING_ID not in missing + not_datasets:
+        meta.checks.extend(stats_checks(split, h5, meta.n_files))
     mel_ok = all(c.passed for c in meta.checks if c.check in ("mel_rank", "mel_dtype"))
     meta.summarisable = (meta.mel_shape is not None and mel_ok and not missing
                          and not not_datasets and all(checks_ok))

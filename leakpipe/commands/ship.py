@@ -1,0 +1,53 @@
+"""`leakpipe ship`: the detector of the kind grouped cross-validation picked (DVC stage `ship`).
+
+``detector.method: auto`` ships `metrics/cv.json`'s ``selected`` kind (``logger_stats`` or
+``cnn``) as `models/shipped.pt`, with `metrics/ship.json` saying which and why
+(``leakpipe.ship.stage``).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from leakpipe.commands._common import (
+    add_params_argument,
+    add_validated_arguments,
+    validated_stamp,
+)
+
+NAME = "ship"
+HELP = ("write the detector of the kind grouped CV selected (detector.method) to "
+        "models/shipped.pt")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_params_argument(parser)
+    parser.add_argument("--cv", type=Path, default=Path("metrics/cv.json"),
+                        help="crossval's summary, read for `selected` when detector.method is "
+                             "auto (default: metrics/cv.json)")
+    parser.add_argument("--cnn-detector", type=Path, default=Path("models/detector.pt"),
+                        help="evaluate's CNN detector, shipped as it is when the kind is cnn")
+    parser.add_argument("--cnn-predictions", type=Path,
+                        default=Path("reports/predictions.csv"),
+                        help="evaluate's test predictions: the cnn kind's recording figures")
+    parser.add_argument("--data-dir", type=Path, default=Path("data/processed"),
+                        help="folder holding train.h5, val.h5 and test.h5")
+    parser.add_argument("--shipped", type=Path, default=Path("models/shipped.pt"),
+                        help="the shipped detector file (default: models/shipped.pt)")
+    parser.add_argument("--metrics", type=Path, default=Path("metrics/ship.json"),
+                        help="which kind was shipped and its test figures")
+    parser.add_argument("--predictions", type=Path,
+                        default=Path("reports/shipped_predictions.csv"),
+                        help="a row per val / test recording (logger_stats kind)")
+    add_validated_arguments(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    from leakpipe.ship.stage import ShipPaths, run_ship
+
+    paths = ShipPaths(cv=args.cv, cnn_detector=args.cnn_detector,
+                      cnn_predictions=args.cnn_predictions, data_dir=args.data_dir,
+                      validated=validated_stamp(args), shipped=args.shipped,
+                      metrics=args.metrics, predictions=args.predictions)
+    return run_ship(paths, args.params)

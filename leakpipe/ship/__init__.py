@@ -1,0 +1,5 @@
+"""Stage `ship`: the detector of the kind grouped cross-validation selected.
+
+- ``stage``: which kind (``detector.method``, cv's ``selected``), the detector file, the report;
+- ``stats_evaluation``: a `logger_stats` detector fitted on train, chosen on val, judged on test.
+"""

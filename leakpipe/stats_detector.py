@@ -1,0 +1,173 @@
+"""The `logger_stats` detector: a recording's level statistics -> a leak probability -> LEAK or
+not, one verdict per recording.
+
+It is the same file format as the CNN's detector (``leakpipe.detector``: format
+``leakpipe.detector``, read with ``torch.load(weights_only=True)``) with ``kind:
+logger_stats``: the statistics' settings (``build.stats``, so a new recording is measured as the
+training ones were), the fitted ``LoggerStatsNet`` (train means and scales, coefficients, the
+statistics' names), the threshold chosen on the val recordings, the Platt calibration fitted
+there, the signal checks of ``build.quality`` and the headline figures.
+
+``score_file`` measures one recording as `build` did (decoded block by block at its own rate,
+the signal checks on every channel): a recording that fails a check of ``quality.reject``
+(a dead logger above all) is ``unusable``, never ``NOLEAK``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from leakpipe.audio.quality import SignalStats, find_issues, truncation
+from leakpipe.config import QualityConfig, RecordingStatsConfig, from_mapping
+from leakpipe.decision.calibration import Calibration
+from leakpipe.errors import DataError
+from leakpipe.features.recording_stats import StatsAccumulator, stat_names
+from leakpipe.files import save_torch_atomic
+from leakpipe.stats_model import LoggerStatsNet
+
+KIND = "logger_stats"
+FORMAT = "leakpipe.detector"     # one detector format for every kind (leakpipe.detector)
+FILE_VERSION = 8                 # leakpipe.detector.KINDED_VERSION: a file with a kind
+VERSION = 1                      # of the logger_stats kind's fields
+
+
+@dataclass(frozen=True, kw_only=True)
+class StatsDetector:
+    """What decides a recording from its statistics."""
+
+    net: LoggerStatsNet
+    stats: RecordingStatsConfig
+    threshold: float                     # on the net's probability, chosen on val recordings
+    calibration: Calibration             # net probability -> reported leak_prob (val)
+    metrics: dict[str, float]
+    quality: QualityConfig
+    kind: str = KIND
+
+    def leak_prob(self, score: float) -> float:
+        return float(self.calibration.prob(score))
+
+    @property
+    def prob_threshold(self) -> float:
+        """The operating point on the reported leak_prob's scale."""
+        return self.leak_prob(self.threshold)
+
+    @property
+    def columns(self) -> np.ndarray:
+        """Indices of the net's statistics among every statistic build.stats computes."""
+        every = stat_names(self.stats)
+        missing = [n for n in self.net.names if n not in every]
+        if missing:
+            raise DataError(f"the detector's statistic {missing[0]!r} is not one build.stats "
+                             "computes")
+        return np.asarray([every.index(n) for n in self.net.names])
+
+    def probability(self, stats: np.ndarray) -> np.ndarray:
+        """(R, S_all) statistics in ``stat_names`` order -> (R,) the net's P(LEAK)."""
+        x = torch.as_tensor(np.asarray(stats, np.float32)[:, self.columns])
+        with torch.inference_mode():
+            return torch.sigmoid(self.net(x)).double().numpy()
+
+    def contributions(self, stats: np.ndarray) -> dict[str, float]:
+        """One recording's (S_all,) statistics -> name -> coefficient x standardised value:
+        what moved its logit away from the bias (positive: towards LEAK)."""
+        x = torch.as_tensor(np.asarray(stats, np.float32)[None, self.columns])
+        with torch.inference_mode():
+            values = self.net.contributions(x)[0].double().numpy()
+        return dict(zip(self.net.names, values.tolist(), strict=True))
+
+
+def save_stats_detector(path: Path, detector: StatsDetector) -> None:
+    net = detector.net
+    save_torch_atomic({
+        "format": FORMAT, "version": FILE_VERSION, "kind": KIND, "kind_version": VERSION,
+        "stats_config": detector.stats.to_dict(), "names": list(net.names),
+        "mean": net.mean.clone(), "scale": net.scale.clone(),
+        "weight": net.linear.weight.detach().clone()[0], "bias": float(net.linear.bias.detach()[0]),
+        "threshold": float(detector.threshold),
+        "calibration": detector.calibration.to_dict(),
+        "metrics": {k: float(v) for k, v in detector.metrics.items()},
+        "quality": _plain(dataclasses.asdict(detector.quality)),
+    }, Path(path))
+
+
+def load_any_detector(path: Path) -> Any:
+    """The detector of any kind in ``path``: a ``leakpipe.detector.Detector`` (CNN) or a
+    ``StatsDetector``."""
+    from leakpipe.detector import load_detector, read_detector_file
+
+    raw = read_detector_file(Path(path))
+    if raw.get("kind") == KIND:
+        return stats_detector_from(raw, Path(path))
+    return load_detector(path)
+
+
+def stats_detector_from(raw: dict[str, Any], path: Path) -> StatsDetector:
+    """The detector of a loaded file of kind logger_stats; a bad field is one ``DataError``."""
+    try:
+        names = [str(n) for n in raw["names"]]
+        net = LoggerStatsNet(np.asarray(raw["mean"]), np.asarray(raw["scale"]),
+                             np.asarray(raw["weight"]), float(raw["bias"]), names)
+        out = StatsDetector(
+            net=net.eval(), threshold=float(raw["threshold"]),
+            stats=from_mapping(RecordingStatsConfig, raw["stats_config"], "stats", str(path)),
+            calibration=Calibration.from_dict(raw["calibration"]),
+            metrics={k: float(v) for k, v in raw["metrics"].items()},
+            quality=from_mapping(QualityConfig, raw["quality"], "quality", str(path)))
+    except (KeyError, TypeError, ValueError, RuntimeError) as exc:
+        raise DataError(f"{path} is not a leakpipe detector file (damaged logger_stats "
+                        f"detector: {type(exc).__name__} {exc})") from None
+    if not math.isfinite(out.threshold):
+        raise DataError(f"{path}: threshold {out.threshold} is not finite")
+    out.columns  # noqa: B018  (its names must be statistics build.stats computes)
+    return out
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One recording measured as build measures it."""
+
+    stats: np.ndarray | None          # (S_all,) None when unusable
+    rate: int
+    seconds: float
+    problems: tuple[str, ...]         # failed checks of quality.reject: unusable
+    flags: tuple[str, ...]            # the other failed checks: scored, noted
+
+
+def measure(source: Any, detector: StatsDetector) -> Measured:
+    """Decode an ``AudioSource`` once (``leakpipe.audio.io``), block by block: statistics at
+    its own rate and every channel's signal checks."""
+    from leakpipe.audio.io import stream_clips
+
+    signal = SignalStats(source.channels, source.subtype)
+    levels = StatsAccumulator(detector.stats, source.sample_rate)
+
+    def on_block(block: np.ndarray) -> None:
+        signal.add(block)
+        levels.add(block)
+
+    for _ in stream_clips(source, None, on_block):
+        pass
+    issues = (*find_issues(signal.stats(), detector.quality, source.subtype),
+              *truncation(source.frames, source.claimed_frames))
+    problems = tuple(i.reason for i in issues if i.check in detector.quality.reject)
+    flags = tuple(i.reason for i in issues if i.check not in detector.quality.reject)
+    seconds = source.frames / source.sample_rate
+    return Measured(None if problems else levels.values(), int(source.sample_rate), seconds,
+                    problems, flags)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, tuple | list):
+        return [_plain(v) for v in value]
+    return value
+
+
+__all__ = ["KIND", "Measured", "StatsDetector", "load_any_detector", "measure",
+           "save_stats_detector", "stats_detector_from"]

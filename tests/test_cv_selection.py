@@ -1,0 +1,120 @@
+"""Recording verdicts and the choice of the detector kind (leakpipe/cv/recording_level.py,
+leakpipe/cv/report.py): clip scores pooled per recording, the val-chosen recording threshold,
+the fused stacker, the selection rule and its nested estimate. Pure functions, small tables."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from leakpipe.baselines.logger_stats import recording_means
+from leakpipe.config import load_section
+from leakpipe.cv.recording_level import fuse, nested_choices, recording_decisions, select_method
+from leakpipe.cv.report import OutOfFold, summarise
+from tests.conftest import REPO
+
+PARAMS = REPO / "params.yaml"
+EV = load_section(PARAMS, "evaluate")
+DECISION = load_section(PARAMS, "decision")
+
+
+def test_a_recordings_score_is_the_mean_of_its_clips() -> None:
+    clip_scores = np.array([0.2, 0.4, 0.9, 0.7, 0.8, 0.0])
+    clip_recording = np.array([0, 0, 1, 1, 1, 2])
+    np.testing.assert_allclose(recording_means(clip_scores, clip_recording, 3),
+                               [0.3, 0.8, 0.0])
+
+
+def test_the_recording_threshold_is_chosen_on_val_and_applied_to_test() -> None:
+    val = np.array([0.1, 0.2, 0.35, 0.6, 0.7, 0.9])
+    truth = np.array([0, 0, 0, 1, 1, 1], dtype=bool)
+    out = recording_decisions(val, truth, np.array([0.05, 0.5, 0.95]), EV, DECISION)
+    assert out["val_roc_auc"] == 1.0
+    assert 0.35 < out["threshold"] <= 0.6                 # separates val perfectly
+    assert out["decision"] == [0, int(0.5 >= out["threshold"]), 1]
+    flipped = recording_decisions(val, truth, np.array([0.95, 0.5, 0.05]), EV, DECISION)
+    assert flipped["threshold"] == out["threshold"]      # test scores reach no choice
+
+
+@pytest.mark.parametrize(("auc", "margin", "expected"), [
+    ({"logger_stats": 0.88, "cnn": 0.55, "fused": 0.87}, 0.01, "logger_stats"),
+    ({"logger_stats": 0.80, "cnn": 0.90, "fused": 0.95}, 0.01, "cnn"),   # fused: no file yet
+    ({"logger_stats": 0.80, "cnn": 0.805}, 0.01, "logger_stats"),        # a tie: the simpler
+    ({"logger_stats": 0.80, "cnn": 0.805}, 0.0, "cnn"),
+    ({"cnn": 0.7, "random_forest": 0.99}, 0.01, "cnn"),   # baselines are never shipped
+    ({"logger_stats": float("nan"), "cnn": 0.6}, 0.01, "cnn"),
+    ({"random_forest": 0.9}, 0.01, None),
+])
+def test_selection_takes_the_simplest_kind_no_other_beats_by_the_margin(
+        auc: dict[str, float], margin: float, expected: str | None) -> None:
+    assert select_method(auc, margin) == expected
+
+
+def _fold(val_auc: dict[str, float]) -> dict[str, object]:
+    return {"methods": {m: {"recording": {"val_roc_auc": v}} for m, v in val_auc.items()}}
+
+
+def test_the_nested_choice_reads_each_folds_inner_val_only() -> None:
+    folds = [_fold({"cnn": 0.9, "logger_stats": 0.7, "fused": 0.95}),
+             _fold({"cnn": 0.6, "logger_stats": 0.8, "fused": 0.8})]
+    assert nested_choices(folds, 0.01) == ["cnn", "logger_stats"]
+
+
+def _oof(scores: dict[str, np.ndarray], truth: np.ndarray, fold: np.ndarray) -> OutOfFold:
+    n = len(truth)
+    return OutOfFold(fold=fold, recording_id=np.array([f"r{i}" for i in range(n)]),
+                     group=np.array([f"s{i // 2}" for i in range(n)]),
+                     clip=np.zeros(n, dtype=int), truth=truth, scores=scores,
+                     decision={m: v >= 0.5 for m, v in scores.items()})
+
+
+def test_pooled_selection_picks_the_better_method_and_nested_pools_each_folds_pick() -> None:
+    rng = np.random.default_rng(0)
+    truth = np.tile([True, False], 20)
+    fold = np.repeat([0, 1], 20)
+    good = np.where(truth, rng.uniform(0.5, 1.0, 40), rng.uniform(0.0, 0.5, 40))   # AUC 1
+    poor = rng.uniform(0.0, 1.0, 40)                                               # ~0.5
+    oof = _oof({"cnn": poor, "logger_stats": good}, truth, fold)
+    out = summarise(oof, oof, resamples=100, confidence=0.9, seed=0, margin=0.01,
+                    nested=["logger_stats", "cnn"])
+    assert out["selected"] == "logger_stats"
+    nested = out["selected_nested"]
+    assert nested["per_fold"] == ["logger_stats", "cnn"]
+    # fold 1 scored by the good method, fold 2 by the poor one: in between
+    per_fold = nested["recording_roc_auc"]["folds"]
+    assert per_fold[0] == 1.0 and per_fold[1] == pytest.approx(
+        out["methods"]["cnn"]["recording_roc_auc"]["folds"][1])
+    assert "selected_nested" not in out["methods"]
+
+
+def test_a_flipped_test_fold_changes_no_nested_choice() -> None:
+    """The nested pick of a fold reads only its inner val: flipping the test fold's labels
+    (the figures move) leaves every choice as it was."""
+    folds = [_fold({"cnn": 0.62, "logger_stats": 0.85, "fused": 0.86}),
+             _fold({"cnn": 0.91, "logger_stats": 0.70, "fused": 0.90})]
+    choices = nested_choices(folds, 0.01)
+    rng = np.random.default_rng(1)
+    truth = np.tile([True, False], 10)
+    scores = {m: rng.uniform(0, 1, 20) for m in ("cnn", "logger_stats", "fused")}
+    fold = np.repeat([0, 1], 10)
+    a = summarise(_oof(scores, truth, fold), _oof(scores, truth, fold), resamples=50,
+                  confidence=0.9, seed=0, nested=choices)
+    b = summarise(_oof(scores, ~truth, fold), _oof(scores, ~truth, fold), resamples=50,
+                  confidence=0.9, seed=0, nested=choices)
+    assert a["selected_nested"]["per_fold"] == b["selected_nested"]["per_fold"] == choices
+    assert a["selected_nested"]["recording_roc_auc"]["mean"] != \
+        b["selected_nested"]["recording_roc_auc"]["mean"]
+
+
+def test_the_stacker_weighs_the_informative_method() -> None:
+    rng = np.random.default_rng(2)
+    truth = np.tile([True, False], 30)
+    informative = np.where(truth, rng.uniform(0.6, 0.95, 60), rng.uniform(0.05, 0.4, 60))
+    noise = rng.uniform(0.05, 0.95, 60)
+    val_scores, test_scores, weights = fuse([noise, informative], truth,
+                                            [noise[:6], informative[:6]], c=1.0)
+    assert weights[1] > 5 * abs(weights[0])
+    assert ((val_scores >= 0.5) == truth).mean() > 0.9
+    one_class = fuse([noise[:4], informative[:4]], np.ones(4, dtype=bool),
+                     [noise[:2], informative[:2]], c=1.0)
+    assert one_class[2] == [0.5, 0.5, 0.0]               # nothing to weigh: the mean logit

@@ -1,0 +1,140 @@
+"""The served detector's domain columns: on a detector that carries a domain reference, the
+MLflow model answers ``domain`` / ``domain_distance`` / ``domain_reason`` as `leakpipe predict`
+writes them for the same recordings (tests/test_serve.py's detector has no reference, so every
+answer there is ``unknown``).
+
+Real pieces: a random-weight detector whose reference is fitted on white-noise recordings
+(as tests/test_domain.py fits it), logged as evaluate logs it into a SQLite MLflow store,
+answered through MLflow's scoring-server handler (the JSON that `leakpipe serve` returns), and
+predict's CSV of the same WAVs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import mlflow
+import numpy as np
+import pytest
+import soundfile as sf
+import torch
+
+from leakpipe.cli import main
+from leakpipe.constants import BINARY_CLASSES
+from leakpipe.decision import domain as dm
+from leakpipe.detector import Detector, load_detector, save_detector
+from leakpipe.model import create_model
+from leakpipe.predict import prepare
+from leakpipe.serve.model import log_served_detector
+from leakpipe.tracking import start_run
+from tests.helpers_detector import (
+    SMALL_MODEL,
+    copied_store,
+    one_torch_thread,
+    restore_logging,
+    save_small_detector,
+)
+from tests.helpers_predict import read_predictions
+
+_keep_logging = pytest.fixture(autouse=True)(restore_logging)
+_one_thread = pytest.fixture(autouse=True)(one_torch_thread)
+
+RATE = 4096             # the small features' rate
+SECONDS = 2.0
+# (name, gain dB, sample rate): like the reference's recordings; half the rate (nothing above
+# 1024 Hz: shifted, band); 40 dB quieter (shifted, level)
+WAVS = [("like.wav", 0.0, RATE), ("narrow.wav", 0.0, RATE // 2), ("quiet.wav", -40.0, RATE)]
+
+
+def _noise(path: Path, rng: np.random.Generator, gain_db: float, rate: int = RATE) -> Path:
+    x = 0.1 * 10 ** (gain_db / 20) * rng.standard_normal(int(SECONDS * rate))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sf.write(path, x.astype(np.float32), rate, subtype="FLOAT")
+    return path
+
+
+def _profile(path: Path, detector: Detector) -> np.ndarray:
+    """(M,) band profile of a recording as predict computes it."""
+    return dm.band_profile(np.concatenate([p.mel for p in prepare(path, detector, 0.5, 64)]))
+
+
+def _with_reference(path: Path, root: Path) -> Path:
+    """The detector file ``path`` with a reference of 24 train / 12 val white-noise
+    recordings within +-3 dB of one another."""
+    detector = load_detector(path)
+    rng = np.random.default_rng(0)
+    train = [_profile(_noise(root / f"t{i}.wav", rng, rng.uniform(-3, 3)), detector)
+             for i in range(24)]
+    val = [_profile(_noise(root / f"v{i}.wav", rng, rng.uniform(-3, 3)), detector)
+           for i in range(12)]
+    ref = dm.fit_threshold(dm.fit_reference(np.stack(train)), np.stack(val))
+    save_detector(path, dataclasses.replace(detector, domain=ref))
+    return path
+
+
+@dataclasses.dataclass(frozen=True)
+class Served:
+    root: Path
+    detector: Path
+    uri: str
+    wavs: list[Path]
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    root = tmp_path_factory.mktemp("serve_domain")
+    torch.manual_seed(0)
+    model = create_model(SMALL_MODEL, len(BINARY_CLASSES)).eval()
+    detector = _with_reference(save_small_detector(root / "detector.pt", model, "none"),
+                               root / "reference")
+    rng = np.random.default_rng(7)
+    wavs = [_noise(root / "new" / name, rng, gain, rate) for name, gain, rate in WAVS]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("DVC_ROOT", str(root))
+        patch.setenv("MLFLOW_TRACKING_URI", copied_store(root / "mlruns"))
+        with start_run("evaluate"):
+            uri = log_served_detector(detector)
+        yield Served(root, detector, uri, wavs)
+
+
+def _answers(served: Served) -> list[dict]:
+    """What `leakpipe serve` answers a POST of the WAVs to /invocations: MLflow's scoring
+    server's own handler (JSON in, the signature's parsing, the model, JSON out)."""
+    from mlflow.pyfunc.scoring_server import invocations
+
+    model = mlflow.pyfunc.load_model(served.uri)
+    records = []
+    for path in served.wavs:
+        samples, rate = sf.read(path, dtype="float32")
+        records.append({"waveform": samples.tolist(), "sample_rate": rate, "id": path.name})
+    answer = invocations(json.dumps({"dataframe_records": records}), "application/json", model,
+                         model.metadata.get_input_schema())
+    assert answer.status == 200, answer.response
+    return json.loads(answer.response)["predictions"]
+
+
+def test_served_domain_columns_are_predicts(served: Served) -> None:
+    out = served.root / "predict.csv"
+    assert main(["predict", *map(str, served.wavs), "--model", str(served.detector),
+                 "--out", str(out), "--no-progress", "--device", "cpu"]) == 0
+    rows = read_predictions(out)
+    answers = _answers(served)
+    assert [a["id"] for a in answers] == [name for name, *_ in WAVS]
+    for answer in answers:
+        row = rows[answer["id"]]
+        assert answer["status"] == "ok", answer["notes"]
+        assert answer["domain"] == row["domain"], answer["id"]
+        assert answer["domain_distance"] == float(row["domain_distance"]), answer["id"]
+        assert answer["domain_reason"] == row["domain_reason"], answer["id"]
+    by_id = {a["id"]: a for a in answers}
+    # the reference is used: not `unknown`, and each recording for its own reason
+    assert (by_id["like.wav"]["domain"], by_id["like.wav"]["domain_reason"]) == ("in", "")
+    assert by_id["narrow.wav"]["domain"] == by_id["quiet.wav"]["domain"] == "shifted"
+    assert by_id["narrow.wav"]["domain_reason"].startswith("band")
+    assert by_id["quiet.wav"]["domain_reason"].startswith("level")
+    threshold = load_detector(served.detector).domain.threshold
+    assert by_id["like.wav"]["domain_distance"] <= threshold < by_id["quiet.wav"][
+        "domain_distance"]
