@@ -53,9 +53,8 @@ TRAIN = {"epochs": 3, "batch_size": 32, "learning_rate": 0.01, "eta_min": 1e-4,
 DECISION = {"threshold_min": 0.1, "threshold_max": 0.85, "threshold_step": 0.15}
 MONITOR = {"interval_s": 0.05, "mlflow_interval_s": 0.5}
 HISTORY_COLUMNS = ("epoch", "train/loss", "val/loss", "val/file_f1", "train/lr")
-# What a network that learned the easy splits clears on any CPU (exact figures depend on the
-# float kernels): measured val F1 / ROC-AUC 1.0 at epochs 1-2 with default and `make
-# test-kernels` kernels, 0.4-0.5 / 0.52-0.79 after epoch 0; all-LEAK gives F1 0.33.
+# Floors a network that learned the easy splits clears on any CPU's float kernels: measured val
+# F1 / ROC-AUC 1.0 at epochs 1-2 (`make test-kernels` too), 0.4-0.5 / 0.52-0.79 after epoch 0.
 LEARNED_F1, LEARNED_ROC_AUC = 0.75, 0.9
 _TEMPLATE: dict[str, Path] = {}
 
@@ -253,7 +252,8 @@ def test_confusion_artifact_is_the_best_epochs(trained: Trained) -> None:
     files = np.asarray(confusion["file"])                           # [[tn, fp], [fn, tp]]
     val_files = 8 * len(KNOWN_CLASSES)
     assert files.sum() == val_files and files[1].sum() == 8          # 8 LEAK files in val
-    (_, fp), (fn, tp), metrics = files, read_metrics(trained.ws)    # the best epoch's figures
+    (_, fp), (fn, tp) = files
+    metrics = read_metrics(trained.ws)                              # the best epoch's figures
     assert confusion["threshold"] == metrics["threshold"]
     assert 2 * tp / (2 * tp + fp + fn) == pytest.approx(metrics["val"]["file_f1"])
     assert np.asarray(confusion["segment"]).sum() == val_files * 49
