@@ -17,9 +17,11 @@ FILLS = ("floor", "median")   # leakpipe.explain.occlusion.FILLS; not imported: 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("paths", nargs="+", type=Path, metavar="REC",
                         help="recordings, or folders searched recursively for them")
-    parser.add_argument("--model", default="models/detector.pt",
-                        help="detector file, or an MLflow URI such as models:/<name>/<version> "
-                             "(default: models/detector.pt, written by evaluate)")
+    parser.add_argument("--model", default="models/shipped.pt",
+                        help="detector file of any kind, or an MLflow URI such as "
+                             "models:/<name>/<version> (default: models/shipped.pt, the kind "
+                             "grouped CV selected, written by stage ship; models/detector.pt "
+                             "is evaluate's CNN)")
     parser.add_argument("--out", type=Path, required=True,
                         help="folder for <recording>.png and <recording>.json")
     parser.add_argument("--bands-per-group", type=positive_int, default=4,

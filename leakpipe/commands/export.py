@@ -14,9 +14,11 @@ FORMATS = ("onnx",)   # leakpipe.export.stage.FORMATS; not imported: --help stay
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--format", choices=FORMATS, default="onnx",
                         help="model format (default: onnx)")
-    parser.add_argument("--model", default="models/detector.pt",
-                        help="detector file, or an MLflow URI such as models:/<name>/<version> "
-                             "(default: models/detector.pt, written by evaluate)")
+    parser.add_argument("--model", default="models/shipped.pt",
+                        help="detector file of any kind, or an MLflow URI such as "
+                             "models:/<name>/<version> (default: models/shipped.pt, the kind "
+                             "grouped CV selected, written by stage ship; models/detector.pt "
+                             "is evaluate's CNN)")
     parser.add_argument("--out", type=Path, required=True,
                         help="folder for model.onnx and rules.json (created if missing)")
 

@@ -14,9 +14,11 @@ HELP = "score new recordings (WAV / FLAC / OGG files or folders) with a saved de
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("paths", nargs="+", type=Path, metavar="PATH",
                         help="recordings, or folders searched recursively for them")
-    parser.add_argument("--model", default="models/detector.pt",
-                        help="detector file, or an MLflow URI such as models:/<name>/<version> "
-                             "(default: models/detector.pt, written by evaluate)")
+    parser.add_argument("--model", default="models/shipped.pt",
+                        help="detector file of any kind, or an MLflow URI such as "
+                             "models:/<name>/<version> (default: models/shipped.pt, the kind "
+                             "grouped CV selected, written by stage ship; models/detector.pt "
+                             "is evaluate's CNN)")
     parser.add_argument("--out", type=Path, default=Path("predictions.csv"),
                         help="CSV with one row per recording (default: predictions.csv); "
                              "<stem>_timeline.csv (one row per long segment), "
