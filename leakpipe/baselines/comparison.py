@@ -35,6 +35,7 @@ import numpy as np
 from leakpipe.baselines.data import ClipFeatures, check_compatible, read_features
 from leakpipe.baselines.models import FEATURE_SET, MFCC, hyper_grid, leak_scores, make_model
 from leakpipe.baselines.operating_point import choose_on_val
+from leakpipe.baselines.recording_figures import recording_figures
 from leakpipe.config import BaselinesConfig, DecisionConfig, EvaluateConfig
 from leakpipe.constants import LEAK_CLASS
 from leakpipe.decision.select import OperatingPoint
@@ -145,8 +146,8 @@ def evaluate_stats_model(splits: Mapping[str, ClipFeatures], cfg: BaselinesConfi
         table, split = tables[split_name], splits[split_name]
         scores = ls.leak_probability(fit.net, table.stats[:, fit.used])       # (R,)
         decided = decide(scores, point.threshold)[0]
-        metrics.update(prefixed(f"{split_name}/recording",
-                                binary_figures(table.truth, decided, scores)))
+        metrics.update(recording_figures(split_name, table.truth, decided, scores,
+                                         table.group))
         clip = scores[table.clip_recording]                                   # (F,)
         decision_clip = decide(clip, point.threshold)[0]
         metrics.update(split_figures(split_name, split, clip, decision_clip, ev,

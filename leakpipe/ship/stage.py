@@ -28,13 +28,12 @@ from typing import Any
 import numpy as np
 
 from leakpipe import tracking
+from leakpipe.baselines.recording_figures import recording_figures
 from leakpipe.config import DETECTOR_KINDS, EvaluateConfig, load_section
 from leakpipe.data.stamp import trust_splits
 from leakpipe.decision.voting import decide
 from leakpipe.detector import load_detector
 from leakpipe.errors import DataError
-from leakpipe.evaluate.bootstrap import bootstrap_intervals
-from leakpipe.evaluate.figures import binary_figures, interval_metrics, prefixed
 from leakpipe.files import temporary_sibling, write_csv_atomic, write_json_atomic
 from leakpipe.metric_names import json_safe, nest
 
@@ -152,14 +151,8 @@ def cnn_recording_figures(predictions: Path, threshold: float,
     groups = np.asarray([v[0] for v in per.values()])
     truth = np.asarray([v[1] for v in per.values()], dtype=bool)
     scores = np.asarray([float(np.mean(v[2])) for v in per.values()])
-    decided = decide(scores, threshold)[0]
-    out = prefixed("test/recording", binary_figures(truth, decided, scores))
-    out.update(interval_metrics("test/recording", bootstrap_intervals(
-        truth, decided, scores, groups, resamples=ev.bootstrap_resamples,
-        confidence=ev.confidence, seed=ev.seed)))
-    out["test/recordings"] = float(len(truth))
-    out["test/sites"] = float(len(np.unique(groups)))
-    return out
+    return recording_figures("test", truth, decide(scores, threshold)[0], scores, groups,
+                             intervals=ev, counts=True)
 
 
 def _copy(source: Path, target: Path) -> None:

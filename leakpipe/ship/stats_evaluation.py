@@ -16,9 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from leakpipe.baselines.logger_stats import fit_and_select, leak_probability, read_recordings
+from leakpipe.baselines.recording_figures import recording_figures
 from leakpipe.config import (
     BaselinesConfig,
     DecisionConfig,
@@ -30,8 +29,6 @@ from leakpipe.config import (
 from leakpipe.data.reader import open_split
 from leakpipe.decision.calibration import fit_platt
 from leakpipe.decision.voting import decide
-from leakpipe.evaluate.bootstrap import bootstrap_intervals
-from leakpipe.evaluate.figures import binary_figures, interval_metrics, prefixed
 from leakpipe.stats_detector import StatsDetector
 
 log = logging.getLogger(__name__)
@@ -66,15 +63,9 @@ def evaluate_stats_detector(paths: Mapping[str, Path], baselines: BaselinesConfi
         table = tables[name]
         scores = leak_probability(fit.net, table.stats[:, fit.used])           # (R,)
         decided = decide(scores, fit.point.threshold)[0]
-        metrics.update(prefixed(f"{name}/recording",
-                                binary_figures(table.truth, decided, scores)))
-        metrics[f"{name}/recordings"] = float(len(table))
-        metrics[f"{name}/sites"] = float(len(np.unique(table.group)))
-        if name == TEST:
-            intervals = bootstrap_intervals(table.truth, decided, scores, table.group,
-                                            resamples=ev.bootstrap_resamples,
-                                            confidence=ev.confidence, seed=ev.seed)
-            metrics.update(interval_metrics(f"{name}/recording", intervals))
+        metrics.update(recording_figures(name, table.truth, decided, scores, table.group,
+                                         intervals=ev if name == TEST else None,
+                                         counts=True))
         probs = calibration.prob(scores)
         rows += [{"split": name, "recording_id": rid, "group": grp, "truth": int(t),
                   "score": f"{s:.6g}", "leak_prob": f"{p:.4f}",
