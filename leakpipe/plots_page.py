@@ -134,6 +134,18 @@ def render_page(figures: Sequence[Figure], title: str) -> str:
     return "\n".join(parts)
 
 
+def project_name(repo: Path) -> str:
+    """The name a person knows the project by: ``[project] name`` of its pyproject.toml, else
+    its folder's name."""
+    import tomllib
+
+    try:
+        name = tomllib.loads((repo / "pyproject.toml").read_text())["project"]["name"]
+    except (OSError, KeyError, TypeError, tomllib.TOMLDecodeError):
+        return repo.resolve().name
+    return str(name)
+
+
 def write_plots_page(repo: Path, out_dir: Path, targets: Sequence[str] = ()) -> Path:
     """Render every DVC plot of ``repo`` (or only ``targets``) to ``out_dir/index.html``.
 
@@ -155,6 +167,6 @@ def write_plots_page(repo: Path, out_dir: Path, targets: Sequence[str] = ()) -> 
             log.info("rendering plot %d/%d: %s", i, len(entries), name)
             figures.append(render_entry(name, entry))
     page = out_dir / PAGE_NAME
-    write_text_atomic(page, render_page(figures, f"DVC plots of {Path(repo).resolve().name}"))
+    write_text_atomic(page, render_page(figures, f"{project_name(Path(repo))}: plots"))
     log.info("wrote %d plots to %s (offline: no scripts, no network)", len(figures), page)
     return page

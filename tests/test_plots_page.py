@@ -89,11 +89,14 @@ def test_the_page_holds_every_plot_of_this_project_and_fetches_nothing(tmp_path:
         history.write_text("epoch,train/loss,val/loss,train/lr,val/file_f1\n"
                            "0,1.2,1.3,0.002,0.6\n1,0.9,1.1,0.001,0.7\n")
     _dvc_project(project)
+    shutil.copytree(REPO / ".dvc" / "plots", project / ".dvc" / "plots")   # custom templates
+    shutil.copy(REPO / "pyproject.toml", project / "pyproject.toml")
     out = tmp_path / "page"
 
     assert main(["plots", "--repo", str(project), "--out", str(out)]) == 0
 
     page = out / "index.html"
+    assert "<h1>leakpipe: plots</h1>" in page.read_text(encoding="utf-8")   # the project's name
     text = page.read_text(encoding="utf-8")
     assert text.isascii()
     parsed = _parse(page)
@@ -130,6 +133,7 @@ def test_missing_plot_files_are_left_out_and_images_are_embedded(
     logged = capsys.readouterr().err             # `main` logs to stderr, one line per event
 
     parsed = _parse(out / "index.html")
+    assert "<h1>project: plots</h1>" in (out / "index.html").read_text()   # no pyproject
     assert sorted(parsed.headings) == ["Loss per step", "plots/figure.png"]
     assert [uri.split(";")[0] for uri in parsed.images] == ["data:image/svg+xml",
                                                              "data:image/png"]
@@ -149,3 +153,42 @@ def test_a_project_without_plot_data_is_a_one_line_error(
     last = capsys.readouterr().err.strip().splitlines()[-1]
     assert last.startswith("error: no plots to render in ")
     assert not (tmp_path / "page").exists()
+
+
+def _encodings(spec: dict) -> list[dict]:
+    """Every ``encoding`` of a Vega-Lite spec, its layers' and facet spec's included."""
+    found = [spec["encoding"]] if "encoding" in spec else []
+    for part in spec.get("layer", []) + ([spec["spec"]] if "spec" in spec else []):
+        found += _encodings(part)
+    return found
+
+
+def test_the_figures_read_as_a_person_expects(tmp_path: Path) -> None:
+    """Confusion matrices with the actual class on the rows (as MLflow's), the baselines' bars
+    with their intervals, a colour and legend per cross-validation method, whole rounds."""
+    from leakpipe.plots_page import dvc_plots_json
+
+    project = tmp_path / "project"
+    project.mkdir()
+    for name in ("dvc.yaml", "params.yaml"):
+        shutil.copy(REPO / name, project / name)
+    shutil.copytree(REPO / "plots", project / "plots")
+    _dvc_project(project)
+    shutil.copytree(REPO / ".dvc" / "plots", project / ".dvc" / "plots")
+    data = dvc_plots_json(project, tmp_path / "scratch")["data"]
+
+    def encodings(name: str) -> list[dict]:
+        return _encodings(data[name][0]["content"])
+
+    confusion = encodings("plots/eval/confusion.json")
+    assert any(e.get("y", {}).get("field") == "actual" and
+               e.get("x", {}).get("field") == "predicted" for e in confusion)
+    bars = encodings("plots/baselines/comparison.json")
+    assert {"field": "ci_high"} in [e.get("x2") for e in bars]
+    assert any(e.get("x", {}).get("field") == "ci_low" for e in bars)
+    folds = encodings("plots/cv/folds.csv")
+    assert any(e.get("color", {}).get("field") == "method" for e in folds)
+    for name in ("plots/adapt/rounds.csv",
+                 "Adapt, field check set per round (0 = before adaptation)"):
+        assert any(e.get("x", {}).get("field") == "round" and
+                   e["x"].get("type") == "ordinal" for e in encodings(name)), name
