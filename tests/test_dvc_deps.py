@@ -170,7 +170,7 @@ def test_curves_are_drawn_point_by_point() -> None:
     # not a step (ROC, PR, F1 over the threshold) must use `simple`, which draws every point.
     stages = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]
     curves = {path: props for entry in stages["evaluate"]["plots"] if isinstance(entry, dict)
-              for path, props in entry.items() if props.get("x") != "actual"}
+              for path, props in entry.items() if props.get("template") != "confusion"}
     assert set(curves) == {"plots/eval/roc.json", "plots/eval/pr.json",
                            "plots/eval/threshold.json", "plots/eval/reliability.csv"}
     assert {path: props.get("template") for path, props in curves.items()} == dict.fromkeys(
