@@ -22,6 +22,7 @@ the same way (``git archive <commit> leakpipe | tar -x -C DIR``), for a before /
 
     python benchmarks/bench_build.py --part throughput [--recordings 2000] [--baseline DIR]
     python benchmarks/bench_build.py --part long [--long-minutes 10 60 120] [--baseline DIR]
+    python benchmarks/bench_build.py --part cluster [--chunks 1 4 8 32]   (build_cluster.py)
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from pathlib import Path
 import numpy as np
 import soundfile as sf
 import yaml
+from build_cluster import bench_cluster  # the sibling module (run as a script)
 from scipy.signal import get_window, resample_poly
 
 import leakpipe.audio.io  # noqa: F401  (imported up front: scipy.signal costs ~1.5 s once)
@@ -149,9 +151,9 @@ def child(kind: str, path: Path, params: Path, limits: dict[str, float]) -> dict
     """One measurement in this (fresh) process; prints nothing, returns the figures."""
     cfg = load_section(params, "build")
     if kind == "build":
-        from leakpipe.build import _Job, process_recording
+        from leakpipe.build_recording import RecordingJob, process_recording
 
-        job = _Job(cfg.features, cfg.clips_per_recording, cfg.min_clip_fraction, False,
+        job = RecordingJob(cfg.features, cfg.clips_per_recording, cfg.min_clip_fraction, False,
                    cfg.quality, cfg.stats)
         imports = _rss_mib()
         start = time.perf_counter()
@@ -359,7 +361,7 @@ PARAMS_READ = ("build", "model")  # the sections the children load
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--part", choices=["all", "throughput", "long"], default="all")
+    parser.add_argument("--part", choices=["all", "throughput", "long", "cluster"], default="all")
     parser.add_argument("--recordings", type=int, default=2000,
                         help="approximate number of synthetic recordings")
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "build.json")
@@ -371,6 +373,7 @@ def main() -> None:
     parser.add_argument("--baseline-label", help="what the baseline is (default: its path)")
     parser.add_argument("--profile-recordings", type=int, default=400,
                         help="approximate number of recordings profiled")
+    parser.add_argument("--chunks", type=int, nargs="+", help="cluster: recordings per task")
     parser.add_argument("--child", nargs=4, metavar=("KIND", "PATH", "PARAMS", "LIMITS"),
                         help=argparse.SUPPRESS)
     parser.add_argument("--child-build", nargs=3, metavar=("KIND", "SOURCE", "OUT"),
@@ -381,9 +384,10 @@ def main() -> None:
         print(json.dumps(child(kind, Path(path), Path(params), json.loads(limits))))
         return
     if args.child_build:
-        kind, source, out = args.child_build
-        print(json.dumps(child_build(kind, Path(source), Path(out))))
+        print(json.dumps(child_build(args.child_build[0], *map(Path, args.child_build[1:]))))
         return
+    if args.part == "cluster":  # not in "all": it starts a Dask cluster of its own
+        return bench_cluster(args.recordings, args.chunks, machine())
     if args.part in ("all", "throughput"):
         bench_throughput(args.recordings, args.profile_recordings, args.baseline,
                          args.baseline_label or str(args.baseline), args.out)

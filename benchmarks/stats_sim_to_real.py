@@ -1,5 +1,6 @@
-"""Zero-shot sim-to-real of `logger_stats`: fitted on the default benchmark's train split (C and
-threshold chosen on its val split, as `ship` does), applied unchanged to the five real
+"""Zero-shot sim-to-real of `logger_stats`: fitted on the default benchmark's train and val
+splits (C by grouped inner CV over them, the threshold on their out-of-fold scores, as `ship`
+does), applied unchanged to the five real
 hydrophone recordings of ``../shared/real-dev`` (one PVC testbed, four leak types and one
 no-leak recording; CC BY 4.0, see its README). Never trained on them.
 

@@ -34,6 +34,10 @@ version 7 has no signal checks: predict takes `build.quality` from params.yaml f
 takes the scoring rules of a file older than those), the served model the checks that need no
 threshold (``quality.DEAD_ONLY``).
 
+Detector files of the other kinds (version 8 with a ``kind``: logger_stats, fused) are read by
+``leakpipe.stats_detector.load_any_detector``; a fused one holds a whole CNN detector as its
+``cnn`` (``detector_dict`` / ``detector_from``, the pieces of this file's reading and writing).
+
 Any file that is not a leakpipe model (a WAV, a JSON file, a foreign pickle, a damaged or
 incomplete detector) is one ``DataError`` line naming it, never the unpickler's traceback.
 """
@@ -75,8 +79,8 @@ NETWORK_FORMAT = "leakpipe.network"
 NETWORK_VERSION = 1
 DETECTOR_FORMAT = "leakpipe.detector"
 DETECTOR_VERSION = 7
-# Version 8 marks a detector file of another kind than the CNN (``kind``: logger_stats,
-# ``leakpipe.stats_detector``); the CNN's files keep version 7 and mean ``kind: cnn``.
+# Version 8 marks a detector file of another kind than the CNN (``kind``: logger_stats or
+# fused, ``leakpipe.stats_detector``); the CNN's files keep version 7 and mean ``kind: cnn``.
 KINDED_VERSION = 8
 READABLE_VERSIONS = {NETWORK_FORMAT: (1,), DETECTOR_FORMAT: (1, 2, 3, 4, 5, 6, 7, KINDED_VERSION)}
 CNN_KIND = "cnn"
@@ -130,6 +134,11 @@ class Detector(Network):
     domain: DomainReference | None = None     # training band profiles (None: domain unknown)
     quality: QualityConfig | None = None      # build.quality's signal checks (None: older file)
 
+    @property
+    def kind(self) -> str:
+        """The detector kind (every kind has one: ``StatsDetector.kind`` is logger_stats)."""
+        return CNN_KIND
+
     def leak_prob(self, score: float) -> float:
         """The reported leak probability of a rule score (decisions use the score itself)."""
         return float(self.calibration.prob(score))
@@ -155,7 +164,12 @@ def save_network(path: Path, network: Network) -> None:
 
 def save_detector(path: Path, detector: Detector) -> None:
     """Write the detector file: the network plus its operating point and figures."""
-    save_torch_atomic({
+    save_torch_atomic(detector_dict(detector), Path(path))
+
+
+def detector_dict(detector: Detector) -> dict[str, Any]:
+    """What a CNN detector file holds (a fused detector file holds it whole as its ``cnn``)."""
+    return {
         "format": DETECTOR_FORMAT, "version": DETECTOR_VERSION, **_network_dict(detector),
         "voting": dataclasses.asdict(detector.voting),
         "threshold": float(detector.threshold),
@@ -167,7 +181,7 @@ def save_detector(path: Path, detector: Detector) -> None:
         "domain": detector.domain.to_dict() if detector.domain is not None else None,
         "quality": (_plain(dataclasses.asdict(detector.quality))
                     if detector.quality is not None else None),
-    }, Path(path))
+    }
 
 
 def _network_dict(network: Network) -> dict[str, Any]:
@@ -204,6 +218,12 @@ def load_detector(path: Path, map_location: str | torch.device = "cpu") -> Detec
     if (kind := raw.get("kind", CNN_KIND)) != CNN_KIND:
         raise DataError(f"{path}: a {kind} detector; this reads CNN detectors only (predict, "
                         "export and explain read every kind)")
+    return detector_from(raw, path)
+
+
+def detector_from(raw: dict[str, Any], path: Path) -> Detector:
+    """The CNN detector of a loaded detector dict (a file's, or a fused file's ``cnn``); a
+    missing or ill-typed part is one ``DataError`` naming ``path``."""
     try:
         return _detector(raw, path)
     except LeakpipeError:         # a named problem already (a bad input_norm, a bad key)

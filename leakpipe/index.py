@@ -7,19 +7,26 @@ lie anywhere, which DVC never sees, and a folder dep also counts files `build` i
 again exactly when a recording's bytes, the manifest or the set of recordings changed. Hashes
 are SHA-256 of the content, streamed (sizes and times alone would miss a same-size edit):
 ``leakpipe.files.file_sha256``, the digest the manifest reader compares copies by.
+
+Hashing runs on ``build.workers`` threads here, or, given a scheduler, on the workers of a
+Dask cluster, chunks of recordings per task (``leakpipe.cluster``); the index is the same
+either way (it holds nothing about where it was computed, or `build` would run again).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
 from tqdm import tqdm
 
+from leakpipe.cluster import ClusterSettings, Session, connect
 from leakpipe.config import load_section
 from leakpipe.data.manifest import Recording, discover, manifest_of
 from leakpipe.files import file_problem, file_sha256, os_problem, write_json_atomic
@@ -47,13 +54,25 @@ def entry(rec: Recording) -> dict[str, Any]:
     return {"path": rec.recording_id, "bytes": None, HASH: None, "error": problem}
 
 
+def chunk_entries(recordings: list[Recording]) -> list[dict[str, Any]]:
+    """A cluster task: the lines of consecutive recordings."""
+    return [entry(rec) for rec in recordings]
+
+
+def _killed(rec: Recording, reason: str) -> dict[str, Any]:
+    """A recording that killed every Dask worker that hashed it: listed, as unreadable."""
+    return {"path": rec.recording_id, "bytes": None, HASH: None, "error": reason}
+
+
 def index_recordings(source: Path, workers: int = 1, progress: bool = False,
-                     duplicates: str = "refuse") -> dict[str, Any]:
+                     duplicates: str = "refuse",
+                     session: Session | None = None) -> dict[str, Any]:
     """The index of ``source`` (manifest file, folder with manifest, or class folders): the
-    recordings `build` reads, so ``duplicates`` is ``build.duplicates``."""
+    recordings `build` reads, so ``duplicates`` is ``build.duplicates``; hashed on
+    ``workers`` threads, or on ``session``'s Dask workers."""
     manifest = manifest_of(source)
     recordings = discover(source, "file", duplicates)  # grouping is build's business
-    entries = _mapped(entry, recordings, workers, progress)
+    entries = _mapped(recordings, workers, progress, session)
     return {"format": INDEX_FORMAT,
             "manifest": {"path": manifest.name, HASH: file_digest(manifest)} if manifest else None,
             "n_recordings": len(entries),
@@ -61,25 +80,32 @@ def index_recordings(source: Path, workers: int = 1, progress: bool = False,
             "recordings": entries}
 
 
-def _mapped(fn: Callable[[Recording], dict[str, Any]], items: list[Recording], workers: int,
-            progress: bool) -> list[dict[str, Any]]:
-    """``fn`` over ``items`` in order, on ``workers`` threads."""
+def _mapped(items: list[Recording], workers: int, progress: bool,
+            session: Session | None) -> list[dict[str, Any]]:
+    """``entry`` over ``items`` in order, on ``workers`` threads or ``session``'s workers."""
     def bar(results: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
         return list(tqdm(results, total=len(items), desc="index", unit="rec",
                          disable=not progress))
 
+    if session is not None:  # absolute paths: a worker's working folder is not this one
+        here = [dataclasses.replace(rec, path=rec.path.absolute()) for rec in items]
+        return bar(session.map(chunk_entries, here, on_killed=_killed))
     if workers <= 1:
-        return bar(map(fn, items))
+        return bar(map(entry, items))
     with ThreadPoolExecutor(workers) as pool:
-        return bar(pool.map(fn, items))
+        return bar(pool.map(entry, items))
 
 
-def run_index(params: Path, source: Path | None, out: Path, *, progress: bool = True) -> int:
-    """The whole stage (``build.source`` unless ``source``); returns the exit code."""
+def run_index(params: Path, source: Path | None, out: Path, *, progress: bool = True,
+              cluster: ClusterSettings | None = None) -> int:
+    """The whole stage (``build.source`` unless ``source``), on threads here or on the Dask
+    ``cluster``; returns the exit code."""
     cfg = load_section(params, "build")
     source = source or Path(cfg.source)
     workers = cfg.workers or os.cpu_count() or 1
-    index = index_recordings(source, workers, progress=progress, duplicates=cfg.duplicates)
+    with connect(cluster) if cluster is not None else nullcontext() as session:
+        index = index_recordings(source, workers, progress=progress,
+                                 duplicates=cfg.duplicates, session=session)
     write_json_atomic(out, index)
     log.info("index: %d recordings (%.1f MiB) of %s -> %s", index["n_recordings"],
              index["bytes"] / 2**20, source, out)

@@ -25,8 +25,10 @@ an ``--out`` that is one of the recordings, exists (without ``--resume`` or ``--
 cannot be written, and ``--resume`` of a CSV that another detector wrote.
 
 ``run_predict`` is what `leakpipe predict` calls: the runtime, the detector (a file or an
-MLflow model URI), its scoring rules, ``predict``, one summary line. ``score_recordings`` gives
-the rows of files or of in-memory waveforms: the served detector (``leakpipe.serve``) uses it.
+MLflow model URI), its scoring rules, ``predict``, one summary line; a detector of the
+logger_stats or fused kind writes its own rows instead (``predict_stats``, ``predict_fused``).
+``score_recordings`` gives the rows of files or of in-memory waveforms: the served detector
+(``leakpipe.serve``) uses it.
 
 Recordings are scored in batches of many recordings up to a segment budget sized from free
 memory; rows and timelines are appended (and flushed) after every batch, so ``resume``
@@ -62,6 +64,7 @@ from leakpipe.decision.domain import SHIFTED, SetCheck, band_profile, set_check
 from leakpipe.detector import Detector, load_detector
 from leakpipe.errors import DataError
 from leakpipe.files import os_problem
+from leakpipe.predict_fused import ClipScoring, run_predict_fused
 from leakpipe.predict_inputs import (  # here too for the callers of predict
     PREDICT_SUFFIXES,
     find_recordings,
@@ -95,11 +98,11 @@ from leakpipe.predict_target import (
 from leakpipe.runtime import Runtime, make_runtime
 from leakpipe.scoring.batching import BatchLimits, array_batches, batch_segments
 from leakpipe.scoring.score import score_batches
-from leakpipe.stats_detector import StatsDetector, load_any_detector
+from leakpipe.stats_detector import FusedDetector, StatsDetector, load_any_detector
 
-__all__ = ["PredictSummary", "Prepared", "ScoringRules", "batch_budget", "find_recordings",
-           "load", "predict", "prepare", "result_row", "run_predict", "score_recordings",
-           "score_segments", "scoring_rules"]
+__all__ = ["PredictSummary", "Prepared", "ScoringRules", "batch_budget", "clip_scoring",
+           "find_recordings", "load", "predict", "prepare", "result_row", "run_predict",
+           "score_recordings", "score_segments", "scoring_rules"]
 
 log = logging.getLogger(__name__)
 
@@ -176,6 +179,17 @@ def score_segments(detector: Detector, model: nn.Module, mel: np.ndarray, runtim
     return score_batches(model, batches, segments=tuple(mel.shape[1:3]),
                          leak_index=detector.leak_index, prob_mode=detector.voting.prob_mode,
                          runtime=runtime).seg_probs
+
+
+def clip_scoring(detector: Detector, rules: ScoringRules, runtime: Runtime,
+                 max_batch_segments: int | None = None) -> ClipScoring:
+    """``score_segments`` of ``detector``'s inference form on the runtime's device as one
+    function of a recording's clips (what a fused detector's CNN part is scored with)."""
+    model = detector.inference_model().to(runtime.device)
+    budget = batch_budget(detector, rules, runtime, max_batch_segments)
+    f = detector.features
+    return ClipScoring(lambda mel: score_segments(detector, model, mel, runtime, budget),
+                       max(1, budget // (f.n_long * f.n_short)), rules.min_clip_fraction)
 
 
 # -- the run ---------------------------------------------------------------------------------
@@ -344,6 +358,13 @@ def run_predict(paths: Sequence[Path], model: str, out: Path, params: Path, *,
     if isinstance(detector, StatsDetector):          # one verdict from the statistics
         run_predict_stats(paths, detector, out, stamp=stamp_of(model, file, detector),
                           resume=resume, progress=progress)
+        return 0
+    if isinstance(detector, FusedDetector):          # one verdict from clips and statistics
+        scoring = clip_scoring(detector.cnn, scoring_rules(detector.cnn, params), runtime,
+                               max_batch_segments)
+        run_predict_fused(paths, detector, out, scoring=scoring,
+                          stamp=stamp_of(model, file, detector), resume=resume,
+                          progress=progress)
         return 0
     summary = predict(paths, detector, out, runtime=runtime,      # folders listed again
                       rules=scoring_rules(detector, params), resume=resume,

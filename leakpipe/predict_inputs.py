@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -88,7 +88,8 @@ def unread_format(path: Path) -> str:
 
 
 def prepare(recording: Path | AudioSource, detector: Detector, min_fraction: float,
-            max_clips: int, quality: QualityConfig | None = None) -> Iterator[Prepared]:
+            max_clips: int, quality: QualityConfig | None = None, *,
+            on_block: Callable[[np.ndarray], None] | None = None) -> Iterator[Prepared]:
     """Read, resample, cover with clips and compute features, ``max_clips`` clips at a time.
 
     The clips are evenly spaced from start to end, as many as cover the recording (one
@@ -96,8 +97,9 @@ def prepare(recording: Path | AudioSource, detector: Detector, min_fraction: flo
     long one comes in parts; the last part only once the whole file has been read and checked:
     with ``quality``, by build's signal checks (``Unusable`` for a refused one, the others in
     the last part's ``notes``). ``recording`` is a file or samples in memory
-    (``waveform_source``: a served request). Raises ``AudioError``, possibly after some parts
-    (the caller drops them).
+    (``waveform_source``: a served request). ``on_block`` also gets every decoded block
+    (frames, channels), as the signal checks do: a fused detector's statistics come from the
+    same one decoding. Raises ``AudioError``, possibly after some parts (the caller drops them).
     """
     f = detector.features
     source = recording if isinstance(recording, AudioSource) else open_audio(recording)
@@ -111,9 +113,15 @@ def prepare(recording: Path | AudioSource, detector: Detector, min_fraction: flo
     starts_s = plan.starts / f.sample_rate                          # (clips,)
     band = source.sample_rate / 2                                   # its own Nyquist, Hz
     signal = SignalStats(source.channels, source.subtype)
+    watchers = [w for w in (signal.add if quality is not None else None, on_block) if w]
+
+    def each_block(block: np.ndarray) -> None:
+        for watch in watchers:
+            watch(block)
+
     clips: list[np.ndarray] = []
     done = 0
-    for clip in stream_clips(source, plan, signal.add if quality is not None else None):
+    for clip in stream_clips(source, plan, each_block if watchers else None):
         clips.append(clip)
         if len(clips) == max_clips and done + len(clips) < plan.n_clips:
             yield Prepared(path, clip_features(np.stack(clips), f),

@@ -1,5 +1,6 @@
 """`leakpipe predict` with a `logger_stats` detector: one verdict per recording from its level
-statistics.
+statistics (and the CSV loop and columns that a `fused` detector's rows share:
+``leakpipe.predict_fused``).
 
 Each recording is measured as `build` measured the training ones (decoded once, block by block,
 at its own rate; ``leakpipe.stats_detector.measure``): the statistics, then build's signal
@@ -17,12 +18,13 @@ detector and scoring again every row that did not end ``ok``.
 from __future__ import annotations
 
 import csv
+import functools
 import logging
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from tqdm import tqdm
 
@@ -42,17 +44,36 @@ COLUMNS = ("path", "status", "leak_prob", "decision", "threshold", "score", "kin
            "sample_rate", "duration_s", "top_statistic", "notes")
 
 
-def stamp_of(model: str, file: Path, detector: StatsDetector) -> DetectorStamp:
+class RecordingDetector(Protocol):
+    """A detector of one verdict per recording (logger_stats, fused), as this loop reads it."""
+
+    kind: str
+
+    @property
+    def prob_threshold(self) -> float: ...
+
+
+def stamp_of(model: str, file: Path, detector: RecordingDetector) -> DetectorStamp:
     return DetectorStamp(file_sha256(file), model, detector.kind, detector.prob_threshold)
+
+
+def blank_row(path: Path, detector: RecordingDetector) -> dict[str, Any]:
+    """A recording's row before it is measured: ``ok``, no figures."""
+    return {"path": str(path), "kind": detector.kind,
+            "threshold": round(detector.prob_threshold, DECIMALS), "status": STATUS_OK,
+            "leak_prob": "", "decision": "", "score": "", "sample_rate": "", "duration_s": "",
+            "top_statistic": "", "notes": ""}
+
+
+def top_statistic(moved: dict[str, float]) -> str:
+    """The statistic that moved the statistics' logit most, and by how much."""
+    top = max(moved, key=lambda k: abs(moved[k]))
+    return f"{top} {moved[top]:+.2f}"
 
 
 def score_file(path: Path, detector: StatsDetector) -> dict[str, Any]:
     """One recording's row."""
-    row: dict[str, Any] = {"path": str(path), "kind": detector.kind,
-                           "threshold": round(detector.prob_threshold, DECIMALS),
-                           "status": STATUS_OK, "leak_prob": "", "decision": "", "score": "",
-                           "sample_rate": "", "duration_s": "", "top_statistic": "",
-                           "notes": ""}
+    row = blank_row(path, detector)
     if reason := unread_format(path):
         return {**row, "status": STATUS_UNUSABLE, "notes": reason}
     try:
@@ -66,12 +87,11 @@ def score_file(path: Path, detector: StatsDetector) -> dict[str, Any]:
         return {**row, "status": STATUS_UNUSABLE,
                 "notes": "; ".join(measured.problems) + " (build.quality.reject: no decision)"}
     score = float(detector.probability(measured.stats[None, :])[0])
-    moved = detector.contributions(measured.stats)
-    top = max(moved, key=lambda k: abs(moved[k]))
     return {**row, "score": round(score, 6),
             "leak_prob": round(detector.leak_prob(score), DECIMALS),
             "decision": DECISION_NAMES[int(score >= detector.threshold)],
-            "top_statistic": f"{top} {moved[top]:+.2f}", "notes": "; ".join(measured.flags)}
+            "top_statistic": top_statistic(detector.contributions(measured.stats)),
+            "notes": "; ".join(measured.flags)}
 
 
 def _kept_rows(out: Path) -> list[dict[str, str]]:
@@ -81,15 +101,20 @@ def _kept_rows(out: Path) -> list[dict[str, str]]:
     with Path(out).open(newline="") as handle:
         reader = csv.DictReader(handle)
         if list(reader.fieldnames or ()) != list(COLUMNS):
-            raise DataError(f"--resume: {out} is not a logger_stats predictions table (its "
-                            f"columns differ); --force starts it over")
+            raise DataError(f"--resume: {out} is not a recording-level predictions table "
+                            "(its columns differ); --force starts it over")
         return [row for row in reader if row["status"] == STATUS_OK]
 
 
-def run_predict_stats(paths: Sequence[Path], detector: StatsDetector, out: Path, *,
-                      stamp: DetectorStamp, resume: bool, progress: bool) -> dict[str, int]:
-    """Score every recording under ``paths`` into the CSV ``out``; the counts."""
+def run_predict_stats(paths: Sequence[Path], detector: RecordingDetector, out: Path, *,
+                      stamp: DetectorStamp, resume: bool, progress: bool,
+                      score: Callable[[Path], dict[str, Any]] | None = None) -> dict[str, int]:
+    """Score every recording under ``paths`` into the CSV ``out``; the counts. ``score`` gives
+    a recording's row (``COLUMNS``); by default ``score_file`` of a logger_stats detector."""
     start = time.perf_counter()
+    if score is None:
+        assert isinstance(detector, StatsDetector)
+        score = functools.partial(score_file, detector=detector)
     if resume:
         check_resume(out, stamp)
     kept = _kept_rows(out) if resume else []
@@ -104,7 +129,7 @@ def run_predict_stats(paths: Sequence[Path], detector: StatsDetector, out: Path,
     with Path(out).open("a", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=COLUMNS, lineterminator="\n")
         for path in tqdm(todo, desc="predict", unit="rec", disable=not progress):
-            row = score_file(path, detector)
+            row = score(path)
             writer.writerow(row)
             handle.flush()
             counts["written"] += 1
@@ -113,9 +138,10 @@ def run_predict_stats(paths: Sequence[Path], detector: StatsDetector, out: Path,
             counts["errors"] += row["status"] == STATUS_ERROR
     print(f"predict: {counts['written']} recordings ({counts['leaks']} LEAK, "
           f"{counts['unusable']} unusable, {counts['errors']} unreadable, {counts['kept']} kept "
-          f"from before) in {time.perf_counter() - start:.1f} s -> {out} (logger_stats "
+          f"from before) in {time.perf_counter() - start:.1f} s -> {out} ({detector.kind} "
           f"detector: leak_prob threshold {detector.prob_threshold:.4f})")
     return counts
 
 
-__all__ = ["COLUMNS", "run_predict_stats", "score_file", "stamp_of"]
+__all__ = ["COLUMNS", "RecordingDetector", "blank_row", "run_predict_stats", "score_file",
+           "stamp_of", "top_statistic"]

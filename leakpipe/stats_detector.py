@@ -1,5 +1,7 @@
-"""The `logger_stats` detector: a recording's level statistics -> a leak probability -> LEAK or
-not, one verdict per recording.
+"""The detector kinds beyond the CNN, one verdict per recording each, and loading any kind.
+
+The `logger_stats` detector: a recording's level statistics -> a leak probability -> LEAK or
+not.
 
 It is the same file format as the CNN's detector (``leakpipe.detector``: format
 ``leakpipe.detector``, read with ``torch.load(weights_only=True)``) with ``kind:
@@ -11,6 +13,16 @@ there, the signal checks of ``build.quality`` and the headline figures.
 ``score_file`` measures one recording as `build` did (decoded block by block at its own rate,
 the signal checks on every channel): a recording that fails a check of ``quality.reject``
 (a dead logger above all) is ``unusable``, never ``NOLEAK``.
+
+The `fused` detector (``kind: fused``, the same format): a whole CNN detector (its file's dict as
+``cnn``: ``leakpipe.detector.detector_dict``), a whole `logger_stats` detector (its dict as
+``logger_stats``), and the stacker fitted on the val recordings (``decision.stacking``: one
+weight on each part's recording logit, and a bias) with the threshold chosen and the calibration
+fitted on the stacked val probabilities (stage `ship`, ``leakpipe.ship.fused_evaluation``).
+The CNN part's recording probability is the mean of its clips' rule scores (computed in
+float64), the statistics part's the net's, and the stacker reads their clipped logits, as grouped
+CV's `fused` method stacks them (``leakpipe.cv.recording_level.fit_stacker``). Predict scores a
+recording with it from one decoding (``leakpipe.predict_fused``).
 """
 
 from __future__ import annotations
@@ -27,15 +39,21 @@ import torch
 from leakpipe.audio.quality import SignalStats, find_issues, truncation
 from leakpipe.config import QualityConfig, RecordingStatsConfig, from_mapping
 from leakpipe.decision.calibration import Calibration
-from leakpipe.errors import DataError
+from leakpipe.decision.stacking import Stacker, clip_logit, logit
+from leakpipe.decision.voting import file_scores
+from leakpipe.detector import Detector, detector_dict, detector_from
+from leakpipe.errors import DataError, LeakpipeError
 from leakpipe.features.recording_stats import StatsAccumulator, stat_names
 from leakpipe.files import save_torch_atomic
 from leakpipe.stats_model import LoggerStatsNet
 
 KIND = "logger_stats"
+FUSED_KIND = "fused"
 FORMAT = "leakpipe.detector"     # one detector format for every kind (leakpipe.detector)
 FILE_VERSION = 8                 # leakpipe.detector.KINDED_VERSION: a file with a kind
 VERSION = 1                      # of the logger_stats kind's fields
+FUSED_VERSION = 1                # of the fused kind's fields
+FUSED_PARTS = ("cnn", KIND)      # the stacker's inputs, in its weights' order
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -74,6 +92,12 @@ class StatsDetector:
         with torch.inference_mode():
             return torch.sigmoid(self.net(x)).double().numpy()
 
+    def logit(self, stats: np.ndarray) -> np.ndarray:
+        """(R, S_all) statistics -> (R,) the net's leak logit, float64."""
+        x = torch.as_tensor(np.asarray(stats, np.float32)[:, self.columns])
+        with torch.inference_mode():
+            return self.net(x).double().numpy()
+
     def contributions(self, stats: np.ndarray) -> dict[str, float]:
         """One recording's (S_all,) statistics -> name -> coefficient x standardised value:
         what moved its logit away from the bias (positive: towards LEAK)."""
@@ -83,9 +107,61 @@ class StatsDetector:
         return dict(zip(self.net.names, values.tolist(), strict=True))
 
 
-def save_stats_detector(path: Path, detector: StatsDetector) -> None:
+@dataclass(frozen=True, kw_only=True)
+class FusedDetector:
+    """A CNN and a logger_stats detector whose recording probabilities are stacked."""
+
+    cnn: Detector                        # evaluate's CNN detector, whole
+    logger_stats: StatsDetector          # fitted as ship fits that kind (its threshold unused)
+    stacker: Stacker                     # weights on (cnn, logger_stats) logits, and a bias
+    threshold: float                     # on the stacked probability, chosen on val recordings
+    calibration: Calibration             # stacked probability -> reported leak_prob (val)
+    metrics: dict[str, float]
+    kind: str = FUSED_KIND
+
+    @property
+    def quality(self) -> QualityConfig:
+        """build.quality's signal checks (the statistics part's: every kind refuses alike)."""
+        return self.logger_stats.quality
+
+    def leak_prob(self, score: float) -> float:
+        return float(self.calibration.prob(score))
+
+    @property
+    def prob_threshold(self) -> float:
+        """The operating point on the reported leak_prob's scale."""
+        return self.leak_prob(self.threshold)
+
+    def cnn_probability(self, seg_probs: np.ndarray) -> float:
+        """One recording's (clips, L, S) segment probabilities -> the CNN part's recording
+        probability: the mean of its clips' rule scores (in float64: its logit is taken)."""
+        voting = self.cnn.voting
+        scores = file_scores(np.asarray(seg_probs, np.float64), voting.rule,
+                             voting.vote_fraction)                              # (clips,)
+        return float(np.mean(scores))
+
+    def part_logits(self, cnn_prob: np.ndarray | float, stats: np.ndarray) -> np.ndarray:
+        """(R,) CNN probabilities and (R, S_all) statistics -> (R, 2) the parts' logits in
+        ``FUSED_PARTS`` order (``decision.stacking``: clipped as the stacker reads them)."""
+        stats_logit = self.logger_stats.logit(np.atleast_2d(stats))             # (R,)
+        cnn_logit = np.broadcast_to(logit(cnn_prob), stats_logit.shape)
+        return clip_logit(np.stack([cnn_logit, stats_logit], axis=-1))
+
+    def probability(self, cnn_prob: np.ndarray | float, stats: np.ndarray) -> np.ndarray:
+        """(R,) CNN probabilities and (R, S_all) statistics -> (R,) the stacked P(LEAK)."""
+        return self.stacker.prob(self.part_logits(cnn_prob, stats))
+
+    def evidence(self, cnn_prob: float, stats: np.ndarray) -> dict[str, float]:
+        """One recording's part -> its weight x its logit: what each part moved the stacked
+        logit by from the stacker's bias (positive: towards LEAK)."""
+        terms = self.stacker.terms(self.part_logits(cnn_prob, stats))[0]
+        return dict(zip(self.stacker.names, terms.tolist(), strict=True))
+
+
+def stats_detector_dict(detector: StatsDetector) -> dict[str, Any]:
+    """What a logger_stats detector file holds (a fused one holds it as its ``logger_stats``)."""
     net = detector.net
-    save_torch_atomic({
+    return {
         "format": FORMAT, "version": FILE_VERSION, "kind": KIND, "kind_version": VERSION,
         "stats_config": detector.stats.to_dict(), "names": list(net.names),
         "mean": net.mean.clone(), "scale": net.scale.clone(),
@@ -94,18 +170,59 @@ def save_stats_detector(path: Path, detector: StatsDetector) -> None:
         "calibration": detector.calibration.to_dict(),
         "metrics": {k: float(v) for k, v in detector.metrics.items()},
         "quality": _plain(dataclasses.asdict(detector.quality)),
+    }
+
+
+def save_stats_detector(path: Path, detector: StatsDetector) -> None:
+    save_torch_atomic(stats_detector_dict(detector), Path(path))
+
+
+def save_fused_detector(path: Path, detector: FusedDetector) -> None:
+    save_torch_atomic({
+        "format": FORMAT, "version": FILE_VERSION, "kind": FUSED_KIND,
+        "kind_version": FUSED_VERSION, "cnn": detector_dict(detector.cnn),
+        "logger_stats": stats_detector_dict(detector.logger_stats),
+        "stacker": detector.stacker.to_dict(), "threshold": float(detector.threshold),
+        "calibration": detector.calibration.to_dict(),
+        "metrics": {k: float(v) for k, v in detector.metrics.items()},
     }, Path(path))
 
 
 def load_any_detector(path: Path) -> Any:
-    """The detector of any kind in ``path``: a ``leakpipe.detector.Detector`` (CNN) or a
-    ``StatsDetector``."""
+    """The detector of any kind in ``path``: a ``leakpipe.detector.Detector`` (CNN), a
+    ``StatsDetector`` or a ``FusedDetector``."""
     from leakpipe.detector import load_detector, read_detector_file
 
     raw = read_detector_file(Path(path))
     if raw.get("kind") == KIND:
         return stats_detector_from(raw, Path(path))
+    if raw.get("kind") == FUSED_KIND:
+        return fused_detector_from(raw, Path(path))
     return load_detector(path)
+
+
+def fused_detector_from(raw: dict[str, Any], path: Path) -> FusedDetector:
+    """The detector of a loaded file of kind fused; a bad field is one ``DataError``."""
+    try:
+        cnn, stats = raw["cnn"], raw["logger_stats"]
+        if not isinstance(cnn, dict) or not isinstance(stats, dict):
+            raise TypeError("its cnn and logger_stats parts must be detector dicts")
+        out = FusedDetector(
+            cnn=detector_from(cnn, path), logger_stats=stats_detector_from(stats, path),
+            stacker=Stacker.from_dict(raw["stacker"]), threshold=float(raw["threshold"]),
+            calibration=Calibration.from_dict(raw["calibration"]),
+            metrics={k: float(v) for k, v in raw["metrics"].items()})
+    except LeakpipeError:         # a part's own named problem
+        raise
+    except (KeyError, TypeError, ValueError, RuntimeError, AttributeError) as exc:
+        raise DataError(f"{path} is not a leakpipe detector file (damaged fused detector: "
+                        f"{type(exc).__name__} {exc})") from None
+    if out.stacker.names != FUSED_PARTS:
+        raise DataError(f"{path}: stacker parts {list(out.stacker.names)} are not "
+                        f"{list(FUSED_PARTS)}")
+    if not math.isfinite(out.threshold):
+        raise DataError(f"{path}: threshold {out.threshold} is not finite")
+    return out
 
 
 def stats_detector_from(raw: dict[str, Any], path: Path) -> StatsDetector:
@@ -169,5 +286,6 @@ def _plain(value: Any) -> Any:
     return value
 
 
-__all__ = ["KIND", "Measured", "StatsDetector", "load_any_detector", "measure",
-           "save_stats_detector", "stats_detector_from"]
+__all__ = ["FUSED_KIND", "FUSED_PARTS", "KIND", "FusedDetector", "Measured", "StatsDetector",
+           "fused_detector_from", "load_any_detector", "measure", "save_fused_detector",
+           "save_stats_detector", "stats_detector_dict", "stats_detector_from"]

@@ -1,9 +1,10 @@
-"""A repo-like folder that `leakpipe evaluate` / `promote` can run in: a known network, validated
-val / test splits of scores (two clips per recording), a preload plan and an MLflow store of its
-own. Shared by the promotion and registry tests."""
+"""A repo-like folder that `leakpipe evaluate` / `ship` / `promote` can run in: a known network,
+validated val / test splits of scores (two clips per recording), a preload plan and an MLflow
+store of its own. Shared by the promotion and registry tests."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -40,3 +41,16 @@ def evaluable_project(root: Path, monkeypatch: pytest.MonkeyPatch,
     assert main(["validate", "--params", str(PARAMS), "--splits", *split_files,
                  "--no-progress"]) == 0
     return root
+
+
+def ship_cnn(root: Path) -> None:
+    """`leakpipe ship` of evaluate's CNN detector in the project ``root`` (the working
+    directory; its default paths), as if grouped CV had selected the cnn kind: it registers the
+    detector as the candidate."""
+    auc = {"mean": 0.9, "ci_low": 0.8, "ci_high": 0.97, "folds": [0.9]}
+    cv = root / "metrics" / "cv.json"
+    cv.parent.mkdir(parents=True, exist_ok=True)
+    cv.write_text(json.dumps({"selected": "cnn", "selection_margin": 0.01, "sites": 3,
+                              "recordings": 20, "methods": {"cnn": {"recording_roc_auc": auc}}}))
+    assert main(["ship", "--params", str(PARAMS),
+                 "--data-dir", str(root / "data" / "processed")]) == 0

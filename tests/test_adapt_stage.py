@@ -22,6 +22,7 @@ import pytest
 import soundfile as sf
 import torch
 import yaml
+from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from leakpipe import tracking
@@ -138,6 +139,21 @@ def test_splits_without_a_validation_stamp_are_refused(
     assert not (tmp_path / "work").exists() and not (tmp_path / "out").exists()
 
 
+def test_without_an_accepted_round_nothing_is_registered_as_adapted(
+        tmp_path: Path, mlflow_store: str) -> None:
+    """Zero rounds: the adapted detector is the seed itself, so the registry gains no version
+    and no alias `adapted` (it would say the detector was adapted)."""
+    files = _project(tmp_path, rounds=0)
+    assert main(_args(tmp_path, files)) == 0
+    doc = json.loads((tmp_path / "out" / "adapt.json").read_text())
+    assert doc["final_round"] == 0
+    assert doc["rounds_accepted"] == 0
+    assert _adapted_versions(mlflow_store) == []
+    client = MlflowClient(mlflow_store)
+    with pytest.raises(MlflowException):
+        client.get_model_version_by_alias(NAME, tracking.ALIAS_ADAPTED)
+
+
 def test_a_round_that_worsens_val_is_rejected_and_the_previous_model_stands(
         tmp_path: Path, mlflow_store: str, capsys: pytest.CaptureFixture[str]) -> None:
     """Train labels that contradict val (a wrong labelled set), small batches and one epoch
@@ -154,7 +170,9 @@ def test_a_round_that_worsens_val_is_rejected_and_the_previous_model_stands(
     r = len(rounds) - 1
     names = {run.info.run_name for run in _runs(mlflow_store)}   # the round runs say their fate
     assert {f"adapt round {r} (rejected)", "adapt round 0 (seed)"} <= names
-    assert _adapted_versions(mlflow_store) == ["1"]
+    # an alias `adapted` only on a detector a round changed: none when round 1 is rejected
+    registered = ["1"] if r > 1 else []
+    assert _adapted_versions(mlflow_store) == registered
     assert rounds[r]["val"]["f1"] < rounds[0]["val"]["f1"] - 0.02     # below the seed's
     assert doc["final_round"] == r - 1
     assert doc["stop_reason"].startswith(f"round {r} rejected: val file F1")
@@ -171,7 +189,7 @@ def test_a_round_that_worsens_val_is_rejected_and_the_previous_model_stands(
     before = kept.stat().st_mtime_ns
     assert main(_args(tmp_path, files)) == 0
     assert kept.stat().st_mtime_ns == before
-    assert _adapted_versions(mlflow_store) == ["1"]            # and nothing registered again
+    assert _adapted_versions(mlflow_store) == registered       # and nothing registered again
     assert _state(tmp_path)["stop_reason"] == doc["stop_reason"]
     # other inputs (a new margin): the rounds of the old ones are dropped, not mixed in
     params = yaml.safe_load(files["params"].read_text())

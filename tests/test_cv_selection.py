@@ -38,7 +38,9 @@ def test_the_recording_threshold_is_chosen_on_val_and_applied_to_test() -> None:
 
 @pytest.mark.parametrize(("auc", "margin", "expected"), [
     ({"logger_stats": 0.88, "cnn": 0.55, "fused": 0.87}, 0.01, "logger_stats"),
-    ({"logger_stats": 0.80, "cnn": 0.90, "fused": 0.95}, 0.01, "cnn"),   # fused: no file yet
+    ({"logger_stats": 0.80, "cnn": 0.90, "fused": 0.95}, 0.01, "fused"),  # the most complex
+    ({"logger_stats": 0.80, "cnn": 0.90, "fused": 0.905}, 0.01, "cnn"),   # fused by too little
+    ({"logger_stats": 0.80, "cnn": 0.70, "fused": 0.812}, 0.01, "fused"),  # beats the chosen
     ({"logger_stats": 0.80, "cnn": 0.805}, 0.01, "logger_stats"),        # a tie: the simpler
     ({"logger_stats": 0.80, "cnn": 0.805}, 0.0, "cnn"),
     ({"cnn": 0.7, "random_forest": 0.99}, 0.01, "cnn"),   # baselines are never shipped
@@ -56,8 +58,9 @@ def _fold(val_auc: dict[str, float]) -> dict[str, object]:
 
 def test_the_nested_choice_reads_each_folds_inner_val_only() -> None:
     folds = [_fold({"cnn": 0.9, "logger_stats": 0.7, "fused": 0.95}),
-             _fold({"cnn": 0.6, "logger_stats": 0.8, "fused": 0.8})]
-    assert nested_choices(folds, 0.01) == ["cnn", "logger_stats"]
+             _fold({"cnn": 0.6, "logger_stats": 0.8, "fused": 0.8}),
+             _fold({"cnn": 0.9, "logger_stats": 0.7, "fused": 0.905})]
+    assert nested_choices(folds, 0.01) == ["fused", "logger_stats", "cnn"]
 
 
 def _oof(scores: dict[str, np.ndarray], truth: np.ndarray, fold: np.ndarray) -> OutOfFold:
@@ -118,3 +121,50 @@ def test_the_stacker_weighs_the_informative_method() -> None:
     one_class = fuse([noise[:4], informative[:4]], np.ones(4, dtype=bool),
                      [noise[:2], informative[:2]], c=1.0)
     assert one_class[2] == [0.5, 0.5, 0.0]               # nothing to weigh: the mean logit
+
+
+def test_a_fitted_stacker_scores_as_the_logistic_regression_it_holds() -> None:
+    """What ship stores in a fused detector (``fit_stacker``) gives cv's fused scores, which are
+    the logistic regression's own probabilities on the clipped logits."""
+    from sklearn.linear_model import LogisticRegression
+
+    from leakpipe.cv.recording_level import fit_stacker
+    from leakpipe.decision.stacking import PROB_EPS, logit
+
+    rng = np.random.default_rng(3)
+    truth = np.tile([True, False], 15)
+    cnn = np.where(truth, rng.uniform(0.4, 1.0, 30), rng.uniform(0.0, 0.6, 30))
+    stats = np.where(truth, rng.uniform(0.5, 1.0, 30), rng.uniform(0.0, 0.5, 30))
+    stats[0] = 1.0                                       # saturated: clipped to 1 - eps
+    test = [rng.uniform(0, 1, 7), rng.uniform(0, 1, 7)]
+    stacker = fit_stacker([cnn, stats], truth, 0.5, ("cnn", "logger_stats"))
+    _, fused_test, weights = fuse([cnn, stats], truth, test, c=0.5)
+    assert weights == [*stacker.weights, stacker.bias] and stacker.names == ("cnn", "logger_stats")
+    x = np.stack([logit(cnn), logit(stats)], axis=1)
+    reference = LogisticRegression(C=0.5, max_iter=1000).fit(x, truth.astype(int))
+    x_test = np.stack([logit(t) for t in test], axis=1)
+    np.testing.assert_allclose(fused_test, reference.predict_proba(x_test)[:, 1], atol=1e-12)
+    np.testing.assert_allclose(stacker.prob(x_test), fused_test, atol=1e-12)
+    assert logit(1.0) == pytest.approx(np.log((1 - PROB_EPS) / PROB_EPS))
+
+
+def test_fused_val_figure_for_nested_selection_is_scored_site_out_of_fold() -> None:
+    """A stacker fitted on val would grade itself on val: each val site's scores come from a
+    stacker fitted on the other val sites."""
+    from leakpipe.cv.recording_level import fit_stacker, site_out_of_fold
+    from leakpipe.decision.stacking import logit as to_logit
+
+    rng = np.random.default_rng(3)
+    group = np.repeat(["a", "b", "c", "d", "e", "f"], 3)
+    truth = np.repeat([True, False, True, False, True, False], 3)
+    parts = [np.clip(0.5 + 0.3 * (truth - 0.5) + rng.normal(0, 0.2, 18), 0.01, 0.99)
+             for _ in range(2)]
+    held = site_out_of_fold(parts, truth, group, 1.0)
+    for site in "abcdef":
+        rows = group == site
+        stacker = fit_stacker([p[~rows] for p in parts], truth[~rows], 1.0, ["0", "1"])
+        expected = stacker.prob(to_logit(np.stack([p[rows] for p in parts], axis=1)))
+        np.testing.assert_allclose(held[rows], expected, rtol=1e-12)
+    in_sample = fit_stacker(parts, truth, 1.0, ["0", "1"]).prob(
+        to_logit(np.stack(parts, axis=1)))
+    assert not np.allclose(held, in_sample)

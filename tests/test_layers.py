@@ -15,20 +15,25 @@ Where a change goes (docs/architecture.md says the same):
   params, the package source's digest (crossval and tune key their saved results on it);
 - runtime (device / precision / memory format, decided once), allocator, tracking (the one
   MLflow adapter), monitor (training diagnostics), plots_page (DVC's plots as an offline page);
-- decision (voting, metrics, operating point: pure), audio, features;
-- model (LeakCNN), data (HDF5 format, batch sources);
+- decision (voting, metrics, operating point: pure), audio, features, cluster (Dask as build's
+  and index's engine beyond one machine);
+- model (LeakCNN), data (HDF5 format, batch sources), build_recording (one recording's work in
+  build, what a local or Dask worker runs);
 - inference (the exact fast form), index, preload, validate, build: what the early stages do;
 - scoring: the one loop that runs a network over batches of whole files;
 - stats_model: the logger_stats model as a torch module (beside the CNN's model);
-- detector: the network and detector files; stats_detector: the logger_stats kind of detector
-  file, and loading a detector of any kind;
+- detector: the network and detector files; stats_detector: the logger_stats and fused kinds
+  of detector file, and loading a detector of any kind;
 - predict_rows: predict's output rows; predict_inputs (the recordings read and checked) and
   predict_target (where the rows go, which detector wrote them), peers; predict_stats: a
-  logger_stats detector's rows; predict: leak decisions for recordings (files, or waveforms in
-  memory), any detector kind;
-- serve: predict as an MLflow pyfunc model (evaluate logs it); export: the scoring network as
-  ONNX with its rules as JSON; explain: band occlusion and a figure per recording (peers);
-- train, evaluate: the stages that fit and judge a network, peers;
+  logger_stats detector's rows; predict_fused: a fused detector's (the same columns); predict:
+  leak decisions for recordings (files, or waveforms in memory), any detector kind;
+- serve: predict as an MLflow pyfunc model, a scorer per detector kind (serve.cnn, serve.stats,
+  serve.fused; evaluate and ship log it); export: the scoring network as ONNX with its rules as
+  JSON; explain: band occlusion and a figure per recording (peers);
+- train, evaluate: the stages that fit and judge a network, peers (evaluate also holds each
+  kind's model card, the CNN's recording score and promote's verdicts of every kind, which
+  ship and promote use from above);
 - tune (calls train's fit), baselines (reuses evaluate's figures), realcheck (all three),
   study (the segmentation grid as queued DVC experiments);
 - cv: grouped cross-validation of the CNN (train, evaluate) and the baselines;
@@ -54,8 +59,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("errors", "paths", "logs", "db_urls"),
     ("files", "metric_names", "config", "code_digest"),
     ("runtime", "allocator", "tracking", "monitor", "plots_page"),
-    ("decision", "audio", "features"),
-    ("model", "data", "stats_model"),
+    ("decision", "audio", "features", "cluster"),
+    ("model", "data", "stats_model", "build_recording"),
     ("inference", "index", "preload", "validate", "build"),
     ("scoring",),
     ("detector",),
@@ -63,6 +68,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("predict_rows",),
     ("predict_inputs", "predict_target"),
     ("predict_stats",),
+    ("predict_fused",),
     ("predict",),
     ("serve", "export", "explain"),
     ("train", "evaluate"),
@@ -137,7 +143,7 @@ def test_no_import_cycles() -> None:
 
 
 @pytest.mark.parametrize(("unit", "expected"),
-                         [("train", 15), ("scoring", 7), ("serve", 14), ("cli", 20)])
+                         [("train", 16), ("scoring", 7), ("serve", 15), ("cli", 21)])
 def test_layer_table_reads_as_documented(unit: str, expected: int) -> None:
     assert LAYER_OF[unit] == expected
 

@@ -27,7 +27,8 @@ from scipy.signal import butter, resample_poly, sosfilt
 import leakpipe.audio.io as audio_io
 from leakpipe.audio.io import load_clips, read_frames
 from leakpipe.audio.quality import check_signal, truncation
-from leakpipe.build import _Job, build, process_recording
+from leakpipe.build import build
+from leakpipe.build_recording import RecordingJob, process_recording
 from leakpipe.cli import main
 from leakpipe.config import BuildConfig, FeatureConfig, ModelConfig
 from leakpipe.constants import BINARY_CLASSES, KNOWN_CLASSES
@@ -167,7 +168,7 @@ def test_block_wise_checks_equal_the_whole_file_checks(tmp_path: Path,
     (tmp_path / "cut.wav").write_bytes(raw[:-999])   # and a truncated copy
     monkeypatch.setattr(audio_io, "BLOCK_FRAMES", 3001)
     cfg = tiny_build_cfg
-    job = _Job(cfg.features, 2, cfg.min_clip_fraction, False, cfg.quality, cfg.stats)
+    job = RecordingJob(cfg.features, 2, cfg.min_clip_fraction, False, cfg.quality, cfg.stats)
     for name in ("bad.wav", "cut.wav"):
         result = process_recording(job, 0, tmp_path / name)
         audio = read_frames(tmp_path / name)
@@ -202,7 +203,7 @@ def test_peak_memory_is_flat_in_the_length(tmp_path: Path, tiny_build_cfg: Build
     short = write(tmp_path / "30s.wav", 30.0, 8000, 2, "PCM_16")
     long = write(tmp_path / "2min.wav", 120.0, 8000, 2, "PCM_16", seed=1)
     cfg = tiny_build_cfg
-    job = _Job(cfg.features, 2, cfg.min_clip_fraction, False, cfg.quality, cfg.stats)
+    job = RecordingJob(cfg.features, 2, cfg.min_clip_fraction, False, cfg.quality, cfg.stats)
     detector = load_detector(_detector(tmp_path / "detector.pt"))
     runtime = make_runtime("cpu", "auto", device_key="--device")
 

@@ -134,7 +134,7 @@ def test_repro_builds_every_output(reproduced: tuple[Path, str]) -> None:
                    "models/adapted_detector.pt", "metrics/adapt.json", "plots/adapt/rounds.csv",
                    "metrics/cv.json", "reports/cv_predictions.csv", "plots/cv/folds.png",
                    "reports/cv_predictions_recordings.csv", "models/shipped.pt",
-                   "metrics/ship.json"):
+                   "metrics/ship.json", "reports/shipped_model_card.md"):
         assert (project / output).is_file(), output
     cv = json.loads((project / "metrics" / "cv.json").read_text())
     ship = json.loads((project / "metrics" / "ship.json").read_text())
@@ -147,6 +147,32 @@ def test_second_repro_does_nothing(reproduced: tuple[Path, str]) -> None:
     # only `index` (always_changed) runs: it re-hashes the recordings and finds them unchanged
     assert "Running stage" not in out.replace("Running stage 'index'", "")
     assert "Stage 'build' didn't change, skipping" in out
+
+
+def test_a_remote_round_trip_of_this_projects_pipeline(reproduced: tuple[Path, str],
+                                                       tmp_path: Path) -> None:
+    """docs/scale-out.md "The data" on the real dvc.yaml: push every output to a remote, clone
+    the repository elsewhere, pull, and the clone is up to date: `dvc status` names only the
+    always-changed `index`, `dvc repro` re-runs nothing else, the shipped detector is the same
+    bytes."""
+    project, _ = reproduced
+    remote = tmp_path / "remote"
+    _run([str(BIN / "dvc"), "remote", "add", "-d", "shared", str(remote)], project)
+    _git(project, "add", ".dvc/config")
+    _git(project, "commit", "-qm", "remote")
+    _run([str(BIN / "dvc"), "push"], project)
+    clone = tmp_path / "clone"
+    _git(tmp_path, "clone", "-q", str(project), str(clone))
+    assert not (clone / "models" / "shipped.pt").exists()        # outputs are not in git
+    _run([str(BIN / "dvc"), "pull"], clone)
+    for output in ("models/shipped.pt", "models/model.pt", "data/processed/train.h5"):
+        assert (clone / output).read_bytes() == (project / output).read_bytes(), output
+    status = _run([str(BIN / "dvc"), "status"], clone)
+    stale = {line.split(":")[0].strip() for line in status.splitlines()
+             if line and not line.startswith((" ", "\t"))}
+    assert stale <= {"index"}, status                               # always_changed only
+    out = _run([str(BIN / "dvc"), "repro"], clone)
+    assert "Running stage" not in out.replace("Running stage 'index'", ""), out
 
 
 def test_bytecode_caches_do_not_make_stages_stale(reproduced: tuple[Path, str]) -> None:

@@ -1,9 +1,11 @@
 """The model registry and `leakpipe promote`, on a real SQLite MLflow store.
 
 Detectors with known outputs (``tests.helpers_detector``) score a small test split: a threshold
-of 0.99 decides nothing is a leak (F1 0), 0.5 separates the classes well. evaluate registers
-its detector as a version with the alias ``candidate``; promote moves ``champion`` by the rule
-(paired bootstrap of the F1 difference, lower end >= -margin) or refuses with exit code 4.
+of 0.99 decides nothing is a leak (F1 0), 0.5 separates the classes well. ship registers the
+detector it ships as a version with the alias ``candidate``; promote moves ``champion`` by the
+rule (paired bootstrap over test recordings of the recording F1 difference, lower end >=
+-margin) or refuses with exit code 4. Detectors of other kinds against each other:
+tests/test_promote_kinds.py.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from leakpipe.detector import load_detector, save_detector
 from leakpipe.errors import DataError
 from leakpipe.evaluate.bootstrap import Interval
 from leakpipe.evaluate.promotion import EXIT_REFUSED, Comparison, decide
+from leakpipe.files import file_sha256
 from leakpipe.serve.model import log_served_detector
 from tests.conftest import PARAMS
 from tests.helpers_detector import (
@@ -31,7 +34,7 @@ from tests.helpers_detector import (
     one_torch_thread,
     restore_logging,
 )
-from tests.helpers_project import evaluable_project
+from tests.helpers_project import evaluable_project, ship_cnn
 
 NAME = load_section(PARAMS, "evaluate").registered_model
 CHAMPION_URI = f"models:/{NAME}@{tracking.ALIAS_CHAMPION}"
@@ -70,10 +73,10 @@ def _alias(alias: str) -> str | None:
 
 
 def _register_candidate(path: Path) -> str:
-    """What evaluate does with a detector file: log it, register a version, alias candidate."""
-    with tracking.start_run("evaluate") as run:
+    """What ship does with a detector file: log it, register a version, alias candidate."""
+    with tracking.start_run("ship") as run:
         uri = log_served_detector(path)
-        version = tracking.register_detector(uri, NAME, {tracking.TAG_EVALUATE_RUN: run.run_id})
+        version = tracking.register_detector(uri, NAME, {tracking.TAG_SHIP_RUN: run.run_id})
     tracking.set_alias(NAME, tracking.ALIAS_CANDIDATE, version)
     return version
 
@@ -98,13 +101,12 @@ def _promote_runs() -> list:
 ])
 def test_the_rule_compares_the_lower_end_with_the_margin(low: float, margin: float,
                                                          promote: bool) -> None:
-    comparison = Comparison(0.9, 40, 0.9, Interval(low, low + 0.05))
+    comparison = Comparison(0.9, 20, 0.9, Interval(low, low + 0.05))
     decision = decide(comparison, margin, 0.95)
     assert decision.promote is promote
     assert "95% interval" in decision.reason and f"promote.margin {margin:g}" in decision.reason
-    assert decide(Comparison(0.4, 40), margin, 0.95).promote       # no champion yet
-    assert "on 40 clips of 20 recordings;" in decide(
-        Comparison(0.9, 40, 0.9, Interval(low, low + 0.05), 20), margin, 0.95).reason
+    assert "on 20 test recordings;" in decision.reason
+    assert decide(Comparison(0.4, 20), margin, 0.95).promote       # no champion yet
 
 
 def test_registry_params_are_checked(tmp_path: Path) -> None:
@@ -123,33 +125,54 @@ def test_registry_params_are_checked(tmp_path: Path) -> None:
                      str(tmp_path / "stamp.json")]) == 2      # the `check` stage stops on it
 
 
-# -- evaluate registers, promote crowns -----------------------------------------------------------
+# -- ship registers, promote crowns ---------------------------------------------------------------
 
 
-def test_evaluate_registers_a_candidate_and_the_first_promote_crowns_it(
-        project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def _stage_run(stage: str) -> object:
     import mlflow
 
+    (run,) = mlflow.search_runs(search_all_experiments=True, output_format="list",
+                                filter_string=f"tags.`{tracking.TAG_STAGE}` = '{stage}'")
+    return run
+
+
+def test_ship_registers_the_evaluated_cnn_and_the_first_promote_crowns_it(
+        project: Path, capsys: pytest.CaptureFixture[str]) -> None:
     commit = _git_commit(project)
     assert main(["evaluate", "--params", str(PARAMS), "--no-progress"]) == 0
-    (run,) = mlflow.search_runs(search_all_experiments=True, output_format="list",
-                                filter_string=f"tags.`{tracking.TAG_STAGE}` = 'evaluate'")
+    assert tracking.alias_version(NAME, tracking.ALIAS_CANDIDATE) is None   # evaluate: none
+    ship_cnn(project)
+    evaluate_run, ship_run = _stage_run("evaluate"), _stage_run("ship")
     candidate = tracking.alias_version(NAME, tracking.ALIAS_CANDIDATE)
     assert candidate is not None and candidate.version == "1"
-    assert run.data.tags[tracking.TAG_REGISTERED_VERSION] == f"{NAME}/1"
+    assert ship_run.data.tags[tracking.TAG_REGISTERED_VERSION] == f"{NAME}/1"
+    assert tracking.TAG_REGISTERED_VERSION not in evaluate_run.data.tags
     f1 = json.loads((project / "metrics" / "eval.json").read_text())["test"]["file_f1"]
-    assert candidate.tags[tracking.TAG_EVALUATE_RUN] == run.info.run_id
+    recording_f1 = json.loads((project / "metrics" / "ship.json").read_text())["test"][
+        "recording_f1"]
+    assert candidate.tags[tracking.TAG_DETECTOR_KIND] == "cnn"
+    assert candidate.tags[tracking.TAG_SHIP_RUN] == ship_run.info.run_id
+    assert candidate.tags[tracking.TAG_EVALUATE_RUN] == evaluate_run.info.run_id
     assert candidate.tags[tracking.TAG_GIT_COMMIT] == commit
     assert float(candidate.tags[tracking.TAG_TEST_F1]) == pytest.approx(f1, abs=1e-4)
-    assert tracking.TAG_TEST_SHA256 in candidate.tags
+    assert float(candidate.tags[tracking.TAG_TEST_RECORDING_F1]) == pytest.approx(
+        recording_f1, abs=1e-4)
+    assert candidate.tags[tracking.TAG_TEST_SHA256] == file_sha256(
+        project / "data" / "processed" / "test.h5")
     capsys.readouterr()
 
     assert _promote("--dry-run") == 0                    # the decision only, not scored
     out = capsys.readouterr().out
-    assert "promote (dry run): " + f"{NAME} v1 would become champion" in out
-    card = (project / "reports" / "model_card.md").read_text().strip()
+    assert out.startswith("promote (dry run): " + f"{NAME} v1 would become champion")
+    assert "-----" not in out                            # the cards only with -v
+    assert _promote("-v", "--dry-run") == 0
+    out = capsys.readouterr().out
+    assert out.startswith("promote (dry run): " + f"{NAME} v1 would become champion")
+    card = (project / "reports" / "shipped_model_card.md").read_text().strip()
+    assert card.startswith((project / "reports" / "model_card.md").read_text().strip())
     assert f"----- candidate: {NAME} v1 -----\n{card}\n\n----- champion: none yet -----" in out
-    assert f"no champion yet; evaluate's test F1 {f1:.4f} (nothing to compare with" in out
+    assert (f"no champion yet; ship's test recording F1 {recording_f1:.4f} (nothing to "
+            "compare with") in out
     assert _alias(tracking.ALIAS_CHAMPION) is None and _promote_runs() == []
 
     assert _promote() == 0                               # no champion yet: crowned
@@ -157,7 +180,10 @@ def test_evaluate_registers_a_candidate_and_the_first_promote_crowns_it(
     assert _alias(tracking.ALIAS_CHAMPION) == "1"
     (promote_run,) = _promote_runs()
     assert promote_run.data.tags["promote/decision"] == "promoted"
-    assert promote_run.data.metrics["promote/candidate_file_f1"] == pytest.approx(f1)
+    # one verdict per recording, scored as ship scored it: the same F1
+    assert promote_run.data.metrics["promote/candidate_recording_f1"] == pytest.approx(
+        recording_f1, abs=1e-6)
+    assert promote_run.data.metrics["promote/test_recordings"] == SPLIT_FILES["test"] // 2
     champion = tracking.alias_version(NAME, tracking.ALIAS_CHAMPION)
     assert champion is not None
     assert champion.tags[tracking.TAG_PROMOTE_RUN] == promote_run.info.run_id
@@ -176,13 +202,14 @@ def test_promote_refuses_a_worse_candidate_and_crowns_a_better_or_equal_one(
 
     assert _register_candidate(good) == "2"              # better: promoted
     capsys.readouterr()
-    assert _promote() == 0
+    assert _promote("-v") == 0
     out = capsys.readouterr().out
+    assert out.startswith(f"promote: {NAME} v2 is now champion (was v1)"), out
     assert f"----- candidate: {NAME} v2 -----" in out and f"----- champion: {NAME} v1 -----" in out
-    assert f"{NAME} v2 is now champion (was v1)" in out and "lower end >= -margin" in out
+    assert "lower end >= -margin" in out
     better = _promote_runs()[0].data.metrics
-    assert better["promote/file_f1_diff_ci_low"] > 0
-    assert better["promote/champion_file_f1"] == 0.0
+    assert better["promote/recording_f1_diff_ci_low"] > 0
+    assert better["promote/champion_recording_f1"] == 0.0
 
     assert _register_candidate(blind) == "3"             # worse: refused, aliases kept
     capsys.readouterr()
@@ -195,7 +222,7 @@ def test_promote_refuses_a_worse_candidate_and_crowns_a_better_or_equal_one(
     assert (_alias(tracking.ALIAS_CHAMPION), _alias(tracking.ALIAS_CANDIDATE)) == ("2", "3")
     refused = _promote_runs()[0]
     assert refused.data.tags["promote/decision"] == "refused"
-    assert refused.data.metrics["promote/file_f1_diff_ci_high"] < 0
+    assert refused.data.metrics["promote/recording_f1_diff_ci_high"] < 0
     assert refused.data.metrics["promote/promoted"] == 0.0
 
     lenient = tmp_path / "lenient.yaml"                  # the margin is the one read
@@ -212,7 +239,7 @@ def test_promote_refuses_a_worse_candidate_and_crowns_a_better_or_equal_one(
     assert _register_candidate(equal) == "4"
     assert _promote() == 0
     assert _alias(tracking.ALIAS_CHAMPION) == "4"
-    assert _promote_runs()[0].data.metrics["promote/file_f1_diff_ci_low"] == 0.0
+    assert _promote_runs()[0].data.metrics["promote/recording_f1_diff_ci_low"] == 0.0
 
     served = load_detector(tracking.download_model(CHAMPION_URI))
     assert served.metrics == {"marker": 4.0} and served.threshold == 0.5
@@ -223,7 +250,7 @@ def test_promote_without_a_candidate_says_so(project: Path,
                                              capsys: pytest.CaptureFixture[str]) -> None:
     assert _promote() == 1
     err = capsys.readouterr().err
-    assert f"{NAME}: no version has the alias candidate" in err and "leakpipe evaluate" in err
+    assert f"{NAME}: no version has the alias candidate" in err and "leakpipe ship" in err
     with pytest.raises(DataError, match="cannot be loaded from MLflow"):
         tracking.download_model(CHAMPION_URI)
 
@@ -247,20 +274,20 @@ def test_before_the_first_promote_serve_says_what_to_run_and_a_dry_run_answers_a
 
     assert serve_error() == (f"error: {CHAMPION_URI}: no version of {NAME} has the alias "
                              f"champion in {store}, nor the alias candidate: run `dvc repro "
-                             "evaluate` (or `make run`) to register a detector first")
+                             "ship` (or `make run`) to register a detector first")
     _register_candidate(known_detector(tmp_path / "detector.pt"))
     capsys.readouterr()
     assert serve_error() == (f"error: {CHAMPION_URI}: no champion yet in {store}: run "
-                             "`leakpipe promote` (it makes the evaluated candidate the "
+                             "`leakpipe promote` (it makes the shipped candidate the "
                              "champion), or serve the candidate with --model "
                              f"models:/{NAME}@candidate")
 
-    assert _promote("--dry-run", "--test", str(tmp_path / "absent.h5"),
+    assert _promote("-v", "--dry-run", "--test", str(tmp_path / "absent.h5"),
                     "--plan", str(tmp_path / "absent.json")) == 0
     out = capsys.readouterr().out
-    assert out.startswith(f"----- candidate: {NAME} v1 -----\n(this version has no "
-                          "description)\n\n----- champion: none yet -----\n"), out
-    assert out.splitlines()[-1].startswith(
+    assert out.splitlines()[0].startswith(
         f"promote (dry run): {NAME} v1 would become champion (was none): no champion yet "
         "(nothing to compare with: the test split was not scored)"), out
+    assert f"\n\n----- candidate: {NAME} v1 -----\n(this version has no description)\n\n" \
+           "----- champion: none yet -----\n" in out, out
     assert _alias(tracking.ALIAS_CHAMPION) is None and _promote_runs() == []

@@ -1,8 +1,9 @@
-"""The model registry explains itself: the registered model and every version evaluate registers
+"""The model registry explains itself: the registered model and every version ship registers
 carry descriptions (what the detector is, its training data, its test figures with intervals).
 
 A real SQLite MLflow store, a detector with known outputs on small validated val / test splits
-(``tests.helpers_detector``), the real `leakpipe evaluate`. adapt's own version (alias
+(``tests.helpers_detector``), the real `leakpipe evaluate` and `leakpipe ship` (cnn kind; the
+logger_stats kind's card: tests/test_ship.py). adapt's own version (alias
 ``adapted``) is checked by tests/test_adapt_stage.py on a finished adaptation.
 """
 
@@ -24,7 +25,7 @@ from tests.helpers_detector import (
     one_torch_thread,
     restore_logging,
 )
-from tests.helpers_project import evaluable_project
+from tests.helpers_project import evaluable_project, ship_cnn
 
 NAME = load_section(PARAMS, "evaluate").registered_model
 FILES = 40                     # per split, two clips per recording
@@ -39,7 +40,12 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return evaluable_project(tmp_path, monkeypatch, {"val": FILES, "test": FILES})
 
 
-def test_evaluate_registers_a_described_version_of_a_described_model(project: Path) -> None:
+def _evaluate_and_ship(project: Path) -> None:
+    assert main(["evaluate", "--params", str(PARAMS), "--no-progress"]) == 0
+    ship_cnn(project)
+
+
+def test_ship_registers_a_described_version_of_a_described_model(project: Path) -> None:
     client = MlflowClient()
     client.create_registered_model(NAME)            # a store from before: no description yet
     sha = file_sha256(project / "models" / "model.pt")
@@ -48,7 +54,7 @@ def test_evaluate_registers_a_described_version_of_a_described_model(project: Pa
                                            tracking.TAG_DATA: data}) as train_run:
         pass
 
-    assert main(["evaluate", "--params", str(PARAMS), "--no-progress"]) == 0
+    _evaluate_and_ship(project)
 
     assert client.get_registered_model(NAME).description == tracking.MODEL_DESCRIPTION
     version = client.get_model_version_by_alias(NAME, tracking.ALIAS_CANDIDATE)
@@ -56,7 +62,10 @@ def test_evaluate_registers_a_described_version_of_a_described_model(project: Pa
     test = json.loads((project / "metrics" / "eval.json").read_text())["test"]
     f1 = f"| F1 | {test['file_f1']:.3f} [{test['file_f1_ci_low']:.3f}, " \
          f"{test['file_f1_ci_high']:.3f}] |"
-    card = (project / "reports" / "model_card.md").read_text()
+    card = (project / "reports" / "shipped_model_card.md").read_text()
+    evaluate_card = (project / "reports" / "model_card.md").read_text()
+    assert card.startswith(evaluate_card.rstrip())      # evaluate's card of the network, then
+    assert "## Figures per recording" in card and "## Why this kind" in card   # ship's
     assert text.startswith(card)                                        # the model card, then
     assert text[len(card):] == (                                        # the run, registry only
         "\n## Provenance (registry only)\n\n- MLflow train run of this network: "
@@ -74,9 +83,10 @@ def test_evaluate_registers_a_described_version_of_a_described_model(project: Pa
 
 
 def test_the_card_file_is_byte_stable_across_fresh_runs(project: Path) -> None:
-    """Two evaluations of the same network and data, each linked to another train run (a fresh
-    `dvc repro` trains anew): reports/model_card.md, a DVC output, keeps its bytes; each
-    registered version's description names its own train run."""
+    """Two evaluations of the same network and data, each shipped and linked to another train
+    run (a fresh `dvc repro` trains anew): reports/model_card.md and
+    reports/shipped_model_card.md, DVC outputs, keep their bytes; each registered version's
+    description names its own train run."""
     client = MlflowClient()
     sha = file_sha256(project / "models" / "model.pt")
     tags = {tracking.TAG_MODEL_SHA256: sha, tracking.TAG_DATA: f"train:{'a' * 64}"}
@@ -85,8 +95,9 @@ def test_the_card_file_is_byte_stable_across_fresh_runs(project: Path) -> None:
         with tracking.start_run("train", tags=tags) as train_run:
             pass
         runs.append(train_run.run_id)
-        assert main(["evaluate", "--params", str(PARAMS), "--no-progress"]) == 0
-        cards.append((project / "reports" / "model_card.md").read_bytes())
+        _evaluate_and_ship(project)
+        cards.append((project / "reports" / "model_card.md").read_bytes()
+                     + (project / "reports" / "shipped_model_card.md").read_bytes())
         version = client.get_model_version_by_alias(NAME, tracking.ALIAS_CANDIDATE)
         assert f"`{train_run.run_id}`" in version.description
         client.delete_run(train_run.run_id)          # the next evaluation finds the next one
@@ -97,7 +108,7 @@ def test_the_card_file_is_byte_stable_across_fresh_runs(project: Path) -> None:
 def test_a_description_someone_wrote_is_kept(project: Path) -> None:
     client = MlflowClient()
     client.create_registered_model(NAME, description="ours: the pilot at site 4")
-    assert main(["evaluate", "--params", str(PARAMS), "--no-progress"]) == 0
+    _evaluate_and_ship(project)
     assert client.get_registered_model(NAME).description == "ours: the pilot at site 4"
     version = client.get_model_version_by_alias(NAME, tracking.ALIAS_CANDIDATE)
     assert "training data not known here (no train run of this network" in version.description

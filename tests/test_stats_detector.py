@@ -30,12 +30,14 @@ def shipped(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("stats-detector")
     _splits(root / "data")
     with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("DVC_ROOT", str(root))
         mp.setenv("MLFLOW_TRACKING_URI", copied_store(root / "mlruns"))
         assert main(["ship", "--params", str(REPO / "params.yaml"),
                      "--cv", str(_cv(root, "logger_stats")), "--data-dir", str(root / "data"),
                      "--unvalidated", "--shipped", str(root / "shipped.pt"),
                      "--metrics", str(root / "ship.json"),
-                     "--predictions", str(root / "p.csv")]) == 0
+                     "--predictions", str(root / "p.csv"),
+                     "--model-card", str(root / "card.md")]) == 0
     return root / "shipped.pt"
 
 

@@ -63,6 +63,21 @@ def test_run_lands_in_project_store_from_another_cwd(tmp_path: Path) -> None:
     assert list(elsewhere.iterdir()) == []
 
 
+def test_another_sqlite_store_keeps_its_artifacts_beside_it_not_in_the_project(
+        tmp_path: Path) -> None:
+    """A benchmark or a test points MLFLOW_TRACKING_URI at a scratch store: its runs' artifacts
+    go to that store's folder, and the project's mlruns/ stays untouched."""
+    project = _project(tmp_path)
+    store = tmp_path / "scratch" / "mlflow.db"
+    store.parent.mkdir()
+    subprocess.run([sys.executable, "-c", SCRIPT], cwd=project, check=True,
+                   env=_env(MLFLOW_TRACKING_URI=f"sqlite:///{store}"))
+    runs = _runs(f"sqlite:///{store}")
+    assert len(runs) == 1
+    assert runs[0].info.artifact_uri.startswith((store.parent / "artifacts").as_uri())
+    assert not (project / "mlruns").exists()
+
+
 def test_root_found_by_walking_up_without_dvc_root(tmp_path: Path) -> None:
     project = _project(tmp_path)
     subprocess.run([sys.executable, "-c", SCRIPT], cwd=project / "sub" / "dir", check=True,

@@ -346,8 +346,14 @@ def _register_adapted(run: _Run, name: str) -> None:
     tagged ``leakpipe.adapted``, with the alias ``adapted``: the same task, inputs and outputs
     as the evaluated versions, so one model; its own alias, because it was judged on val and
     the field check set, not on test (promote's ``candidate`` stays evaluate's). Once per adapt
-    run: a rerun of a finished run, which changes nothing, registers nothing again."""
+    run: a rerun of a finished run, which changes nothing, registers nothing again. No round
+    accepted: the adapted detector is the seed itself, so nothing is registered (an alias
+    ``adapted`` on it would say it was adapted)."""
     parent = run.parent
+    if run.state.accepted["round"] == 0:
+        log.info("adapt: no round was accepted; nothing registered (the alias %s stays where "
+                 "it was)", tracking.ALIAS_ADAPTED)
+        return
     if parent.run_id is None or tracking.run_tag(parent.run_id,
                                                  tracking.TAG_REGISTERED_VERSION):
         return

@@ -22,10 +22,12 @@ and the DVC bar plot of test F1 with intervals, each atomically.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import logging
 import math
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -67,6 +69,7 @@ class ModelResult:
     metrics: dict[str, float]         # eval/*, val/file_*, test/file_* (+ _ci_low / _ci_high)
     grid: list[dict[str, Any]]        # every combination tried with its val figures
     test_decision: np.ndarray         # (F,) bool, test clips in file order: for paired intervals
+    span: tuple[float, float] | None = None   # time.time() when its fit began and its scoring ended
 
 
 @dataclass(frozen=True)
@@ -132,9 +135,11 @@ def split_figures(name: str, split: ClipFeatures, scores: np.ndarray, decision: 
 
 def evaluate_stats_model(splits: Mapping[str, ClipFeatures], cfg: BaselinesConfig,
                          ev: EvaluateConfig, decision: DecisionConfig) -> ModelResult:
-    """logger_stats: fitted on the train recordings' statistics, ``C`` and threshold chosen on
-    the val recordings; every clip carries its recording's score, so the clip figures compare
-    with the other models', and the recording figures (the unit it decides) come beside them."""
+    """logger_stats: ``C`` and threshold chosen by grouped inner CV over the train and val
+    recordings, refitted on both (``logger_stats.fit_and_select``), so its val figures are of
+    the val recordings' out-of-fold scores; every clip carries its recording's score, so the
+    clip figures compare with the other models', and the recording figures (the unit it
+    decides) come beside them."""
     from leakpipe.baselines import logger_stats as ls
 
     tables = {name: ls.read_recordings(splits[name].path) for name in (TRAIN, VAL, TEST)}
@@ -144,7 +149,8 @@ def evaluate_stats_model(splits: Mapping[str, ClipFeatures], cfg: BaselinesConfi
                "eval/target_met": float(point.met)}
     for split_name, bootstrap in ((VAL, False), (TEST, True)):
         table, split = tables[split_name], splits[split_name]
-        scores = ls.leak_probability(fit.net, table.stats[:, fit.used])       # (R,)
+        scores = (fit.val_scores if split_name == VAL                         # (R,)
+                  else ls.leak_probability(fit.net, table.stats[:, fit.used]))
         decided = decide(scores, point.threshold)[0]
         metrics.update(recording_figures(split_name, table.truth, decided, scores,
                                          table.group))
@@ -286,6 +292,13 @@ def paired_test(test: ClipFeatures, decisions: Mapping[tuple[str, int], bool], s
                       ev.confidence, ev.seed)
 
 
+def _timed(run: Callable[..., ModelResult], *args: Any) -> ModelResult:
+    """``run(*args)`` with the wall-clock span of its work (the model's MLflow child run)."""
+    start = time.time()
+    result = run(*args)
+    return dataclasses.replace(result, span=(start, time.time()))
+
+
 def compare_models(paths: Mapping[str, Path], cfg: BaselinesConfig, ev: EvaluateConfig,
                    decision: DecisionConfig, eval_metrics: Mapping[str, Any] | None = None,
                    eval_source: str = "metrics/eval.json",
@@ -301,7 +314,8 @@ def compare_models(paths: Mapping[str, Path], cfg: BaselinesConfig, ev: Evaluate
     cnn = cnn_figures(eval_metrics, splits[TEST].n_files, eval_source)
     paired = (None if cnn_decisions is None
               else paired_test(splits[TEST], cnn_decisions, decisions_source, ev))
-    results = {name: evaluate_model(name, splits, cfg, ev, decision) for name in cfg.models}
+    results = {name: _timed(evaluate_model, name, splits, cfg, ev, decision)
+               for name in cfg.models}
     return BaselineReport(results, compare(results, cnn, paired))
 
 

@@ -4,8 +4,17 @@ What a noise logger decides on (leakpipe/features/recording_stats.py): the quiet
 the steadiness of a recording's level, overall and per octave band. The model is the simplest
 that can weigh them: the statistics standardised on train (a band missing at a recording's rate
 takes train's mean, i.e. 0 after standardising: it adds no evidence either way), then an
-L2-regularised logistic regression. Its strength ``C`` is chosen on val only, by the same
-criterion and threshold grid as every other method.
+L2-regularised logistic regression.
+
+How it is fitted (``fit_and_select``): a utility's data set holds a few dozen recordings, so a
+fold's val split is a handful of them, too few to rank strengths ``C`` (one recording moves a
+val ROC-AUC of 9 recordings by 0.05 or more). The train and val recordings are therefore pooled
+and split again, by site, into ``inner_folds`` folds (grouped, stratified): each ``C`` is scored
+by the ROC-AUC of its out-of-fold scores over every pooled recording (ties: the stronger
+regularisation), the model of the chosen ``C`` is refitted on all of them, and the threshold is
+chosen on the out-of-fold scores by the same criterion and grid as every other method. No test
+recording takes part. ``inner_folds: 1`` is the plain route (fit on train, choose on val).
+What it changes is measured by ``benchmarks/logger_stats_fitting.py``.
 
 The fitted model is a small torch module (``LoggerStatsNet``) holding the train means, scales
 and coefficients, so a detector of this kind is one file that predict, serve and the ONNX
@@ -28,6 +37,7 @@ from sklearn.linear_model import LogisticRegression
 from leakpipe.baselines.operating_point import choose_on_val
 from leakpipe.config import DecisionConfig, EvaluateConfig, LoggerStatsConfig
 from leakpipe.data.reader import open_split
+from leakpipe.data.splits import assign_splits
 from leakpipe.decision.select import OperatingPoint
 from leakpipe.errors import DataError
 from leakpipe.evaluate.figures import ranking_metrics
@@ -120,20 +130,47 @@ def leak_probability(net: LoggerStatsNet, x: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True)
 class StatsFit:
-    """The val-chosen model and what it chose."""
+    """The chosen model and what it chose."""
 
-    net: LoggerStatsNet
+    net: LoggerStatsNet           # refitted on train + val
     used: np.ndarray              # column indices into the table's statistics
     c: float
-    point: OperatingPoint         # on val recordings
-    val_scores: np.ndarray        # (R_val,)
+    point: OperatingPoint         # on the pooled recordings' out-of-fold scores
+    val_scores: np.ndarray        # (R_val,) out-of-fold: no model that scored one saw it
     grid: list[dict[str, float]]
+    pooled_scores: np.ndarray     # out-of-fold scores the threshold was chosen on: train's,
+    pooled_truth: np.ndarray      # then val's (inner_folds 1: val's only); truth, bool
+
+
+def inner_folds(truth: np.ndarray, group: np.ndarray, k: int, seed: int) -> np.ndarray | None:
+    """Inner fold (0 .. k' - 1) of every pooled recording, by site and stratified; k' is ``k``
+    or fewer when a class has fewer sites. None: fewer than two sites of a class."""
+    labels = np.where(truth, "LEAK", "NOLEAK")
+    sites = min(len(set(group[truth])), len(set(group[~truth])))
+    k = min(k, sites)
+    if k < 2:
+        return None
+    fold = assign_splits(labels, group, [1.0 / k] * k, seed)
+    for f in range(k):       # each fold's training part must hold both classes
+        if len(np.unique(truth[fold != f])) < 2:
+            return None
+    return fold
+
+
+def out_of_fold(x: np.ndarray, truth: np.ndarray, fold: np.ndarray, c: float,
+                names: Sequence[str]) -> np.ndarray:
+    """(R,) P(LEAK) of every recording from the model fitted without its inner fold."""
+    out = np.empty(len(truth))
+    for f in np.unique(fold):
+        held = fold == f
+        out[held] = leak_probability(fit_net(x[~held], truth[~held], c, names), x[held])
+    return out
 
 
 def fit_and_select(train: RecordingTable, val: RecordingTable, cfg: LoggerStatsConfig,
                    ev: EvaluateConfig, decision: DecisionConfig) -> StatsFit:
-    """Every ``C`` fitted on train and scored on val; the best by evaluate's criterion (ties:
-    val ROC-AUC, then the stronger regularisation, i.e. the first of the grid's order)."""
+    """``C`` by grouped inner CV over train + val, the model refitted on them, the threshold on
+    their out-of-fold scores (module docstring)."""
     if not train.names:
         raise DataError(f"{train.path}: no recording statistics (built before them); rebuild "
                         "the splits with `leakpipe build` to use logger_stats")
@@ -141,22 +178,63 @@ def fit_and_select(train: RecordingTable, val: RecordingTable, cfg: LoggerStatsC
         raise DataError(f"{val.path}: statistics differ from {train.path}; rebuild the splits")
     used = columns(train.names, cfg.forms)
     names = [train.names[i] for i in used]
-    best, best_key, rows = None, None, []
+    if cfg.inner_folds == 1:
+        return _select_on_val(train, val, used, cfg, ev, decision)
+    x = np.concatenate([train.stats[:, used], val.stats[:, used]])
+    truth = np.concatenate([train.truth, val.truth])
+    group = np.concatenate([train.group, val.group])
+    fold = inner_folds(truth, group, cfg.inner_folds, cfg.seed)
+    if fold is None:
+        raise DataError(f"{train.path}, {val.path}: logger_stats needs at least two sites of "
+                        "each class among the train and val recordings")
+    best: tuple[tuple[float, ...], float, np.ndarray] | None = None
+    rows = []
+    for c in sorted(cfg.C):          # ascending: a tie keeps the stronger regularisation
+        scores = out_of_fold(x, truth, fold, c, names)
+        auc = ranking_metrics(truth, scores)["roc_auc"]
+        rows.append({"C": c, "inner_roc_auc": auc})
+        key = (auc if math.isfinite(auc) else -math.inf,)
+        if best is None or key > best[0]:
+            best = (key, c, scores)
+    assert best is not None
+    _, c, oof = best
+    point = choose_on_val(oof, truth, ev, decision)
+    rows[[r["C"] for r in rows].index(c)].update(threshold=point.threshold,
+                                                 criterion=point.value)
+    net = fit_net(x, truth, c, names)
+    log.info("logger_stats: C %g chosen by %d-fold grouped inner CV over %d recordings (ROC-AUC "
+             "%.4f), threshold %g (%s %.4f), %d statistics", c, len(np.unique(fold)), len(truth),
+             best[0][0], point.threshold, ev.criterion, point.value, len(used))
+    return StatsFit(net, used, c, point, oof[len(train):], rows, oof, truth)
+
+
+def _select_on_val(train: RecordingTable, val: RecordingTable, used: np.ndarray,
+                   cfg: LoggerStatsConfig, ev: EvaluateConfig,
+                   decision: DecisionConfig) -> StatsFit:
+    """``inner_folds: 1``: every ``C`` fitted on train and ranked on val (evaluate's criterion,
+    then val ROC-AUC, then the stronger regularisation), the threshold on val: cheaper, and
+    enough when val holds hundreds of recordings."""
+    names = [train.names[i] for i in used]
+    best: tuple[tuple[float, ...], float, LoggerStatsNet, np.ndarray] | None = None
+    rows = []
     for c in sorted(cfg.C):
         net = fit_net(train.stats[:, used], train.truth, c, names)
         scores = leak_probability(net, val.stats[:, used])
         point = choose_on_val(scores, val.truth, ev, decision)
         auc = ranking_metrics(val.truth, scores)["roc_auc"]
-        key = (point.met, point.value, auc if math.isfinite(auc) else -math.inf)
-        rows.append({"C": c, "val_criterion": point.value, "val_roc_auc": auc,
-                     "threshold": point.threshold})
-        if best_key is None or key > best_key:
-            best, best_key = StatsFit(net, used, c, point, scores, []), key
+        rows.append({"C": c, "val_roc_auc": auc, "threshold": point.threshold,
+                     "criterion": point.value})
+        key = (float(point.met), point.value, auc if math.isfinite(auc) else -math.inf)
+        if best is None or key > best[0]:
+            best = (key, c, net, scores)
     assert best is not None
+    _, c, net, scores = best
+    point = choose_on_val(scores, val.truth, ev, decision)
     log.info("logger_stats: C %g chosen on val (%s %.4f at threshold %g, %d statistics)",
-             best.c, ev.criterion, best.point.value, best.point.threshold, len(used))
-    return StatsFit(best.net, best.used, best.c, best.point, best.val_scores, rows)
+             c, ev.criterion, point.value, point.threshold, len(used))
+    return StatsFit(net, used, c, point, scores, rows, scores, val.truth)
 
 
 __all__ = ["LoggerStatsNet", "RecordingTable", "StatsFit", "columns", "fit_and_select",
-           "fit_net", "leak_probability", "read_recordings", "recording_means"]
+           "fit_net", "inner_folds", "leak_probability", "out_of_fold", "read_recordings",
+           "recording_means"]

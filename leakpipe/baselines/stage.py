@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,6 +52,7 @@ class BaselinePaths:
 
 def run_baselines(paths: BaselinePaths, params: Path) -> int:
     """The whole stage; returns the exit code (errors raise ``LeakpipeError``)."""
+    started = time.time()              # the MLflow run, logged at the end, starts here
     cfg = load_section(params, STAGE)
     ev, decision = load_section(params, "evaluate"), load_section(params, "decision")
     splits = paths.splits()
@@ -59,7 +61,7 @@ def run_baselines(paths: BaselinePaths, params: Path) -> int:
                             str(paths.cnn_metrics), read_cnn_decisions(paths.cnn_predictions),
                             str(paths.cnn_predictions))
     write_outputs(report, metrics_path=paths.metrics, plots_dir=paths.plots_dir)
-    with tracking.start_run(STAGE, tags=trust.tags) as parent:
+    with tracking.start_run(STAGE, tags=trust.tags, started_at=started) as parent:
         trust.log_datasets(parent, splits)
         parent.log_params({STAGE: dataclasses.asdict(cfg),
                            "evaluate": {k: getattr(ev, k) for k in EVALUATE_KEYS},
@@ -78,8 +80,10 @@ def run_baselines(paths: BaselinePaths, params: Path) -> int:
 
 def _log_model_run(parent_id: str | None, result: ModelResult, cfg: BaselinesConfig) -> None:
     """One child run per model: its chosen hyper-parameters, figures and the grid it searched."""
+    span = result.span or (None, None)
     with tracking.start_run(STAGE, tags={TAG_BASELINE: result.name},
-                            parent_run_id=parent_id) as run:
+                            parent_run_id=parent_id, started_at=span[0],
+                            ended_at=span[1]) as run:
         run.set_tags({"mlflow.runName": f"{STAGE}-{result.name}"})
         run.log_params({"model": result.name, "hyperparams": result.hyper,
                         "n_mfcc": cfg.n_mfcc, "summary": cfg.summary, "seed": cfg.seed})

@@ -39,8 +39,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--detector", type=Path, default=Path("models/detector.pt"),
                         help="detector file with the chosen operating point (for predict)")
     parser.add_argument("--model-card", type=Path, default=Path("reports/model_card.md"),
-                        help="the model card, Markdown; also the registered version's "
-                             "description (default: reports/model_card.md)")
+                        help="the model card, Markdown; ship makes it the registered "
+                             "version's description when it ships this detector (default: "
+                             "reports/model_card.md)")
     parser.add_argument("--sim-to-real", type=Path, default=None, metavar="JSON",
                         help="benchmarks/sim_to_real.py's report, quoted in the model card "
                              "(default: none; the card then says it was not measured)")

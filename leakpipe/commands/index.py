@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from leakpipe.commands._cluster import add_cluster_arguments, cluster_settings
 from leakpipe.commands._common import add_params_argument
 
 NAME = "index"
@@ -21,9 +22,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, default=Path("reports/recordings.json"),
                         help="JSON index: path, bytes and SHA-256 of every recording")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    add_cluster_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
     from leakpipe.index import run_index
 
-    return run_index(args.params, args.source, args.out, progress=not args.no_progress)
+    return run_index(args.params, args.source, args.out, progress=not args.no_progress,
+                     cluster=cluster_settings(args))

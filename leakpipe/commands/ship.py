@@ -1,8 +1,9 @@
 """`leakpipe ship`: the detector of the kind grouped cross-validation picked (DVC stage `ship`).
 
-``detector.method: auto`` ships `metrics/cv.json`'s ``selected`` kind (``logger_stats`` or
-``cnn``) as `models/shipped.pt`, with `metrics/ship.json` saying which and why
-(``leakpipe.ship.stage``).
+``detector.method: auto`` ships `metrics/cv.json`'s ``selected`` kind (``logger_stats``,
+``cnn`` or ``fused``) as `models/shipped.pt`, with `metrics/ship.json` saying which and why
+(``leakpipe.ship.stage``), its model card, and registers it as the registry's ``candidate``
+(``leakpipe.ship.registration``).
 """
 
 from __future__ import annotations
@@ -39,7 +40,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="which kind was shipped and its test figures")
     parser.add_argument("--predictions", type=Path,
                         default=Path("reports/shipped_predictions.csv"),
-                        help="a row per val / test recording (logger_stats kind)")
+                        help="a row per val / test recording (logger_stats, fused kinds)")
+    parser.add_argument("--model-card", type=Path,
+                        default=Path("reports/shipped_model_card.md"),
+                        help="the shipped detector's model card (its registered description)")
+    parser.add_argument("--cnn-card", type=Path, default=Path("reports/model_card.md"),
+                        help="evaluate's model card: the cnn kind's card")
     add_validated_arguments(parser)
 
 
@@ -49,5 +55,6 @@ def run(args: argparse.Namespace) -> int:
     paths = ShipPaths(cv=args.cv, cnn_detector=args.cnn_detector,
                       cnn_predictions=args.cnn_predictions, data_dir=args.data_dir,
                       validated=validated_stamp(args), shipped=args.shipped,
-                      metrics=args.metrics, predictions=args.predictions)
+                      metrics=args.metrics, predictions=args.predictions,
+                      model_card=args.model_card, cnn_card=args.cnn_card)
     return run_ship(paths, args.params)

@@ -15,9 +15,9 @@ __all__ = ["DETECTOR_KINDS", "BaselinesConfig", "DetectorConfig", "EvaluateConfi
            "LogregGrid", "LoggerStatsConfig", "PromoteConfig", "RandomForestGrid", "SvmGrid",
            "XgboostGrid"]
 
-# The methods a detector file can be, simplest first (the order ties go by in selection).
-# `fused` is measured by crossval but is no detector file yet: it is not selected.
-DETECTOR_KINDS: tuple[str, ...] = ("logger_stats", "cnn")
+# The methods a detector file can be, simplest first (the order ties go by in selection):
+# logger_stats (statistics), cnn (clips), fused (the two stacked on val recordings).
+DETECTOR_KINDS: tuple[str, ...] = ("logger_stats", "cnn", "fused")
 
 # A registered model's name ends up in URIs (models:/<name>@<alias>, models:/<name>/<version>):
 # these characters would split it there.
@@ -121,8 +121,11 @@ class LogregGrid:
 class LoggerStatsConfig:
     """`baselines.logger_stats`: whole-recording statistics + L2 logistic regression."""
 
-    C: tuple[float, ...]                       # inverse L2 strengths tried on val
+    C: tuple[float, ...]                       # inverse L2 strengths tried by inner CV
     forms: Literal["all", "gain_free"]         # gain_free: spreads and relative band levels only
+    inner_folds: int = num(ge=1)               # grouped folds over train + val that choose C
+                                               # (1: fit on train, choose on val)
+    seed: int = num(ge=0)                      # of those folds' site assignment
 
     def problems(self) -> list[tuple[str, str]]:
         if not self.C or any(not c > 0 for c in self.C):
@@ -134,7 +137,7 @@ class LoggerStatsConfig:
 class DetectorConfig:
     """`detector`: which method the shipped detector is, and how grouped CV picks it."""
 
-    method: Literal["auto", "logger_stats", "cnn"]
+    method: Literal["auto", "logger_stats", "cnn", "fused"]
     selection_margin: float = num(ge=0, le=1)  # a more complex kind must beat a simpler one
                                                # by more than this pooled recording ROC-AUC
     fusion_C: float = num(gt=0)                # inverse L2 strength of the fused stacker

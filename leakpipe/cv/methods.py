@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,10 +39,11 @@ from leakpipe.config import (
     TrainConfig,
 )
 from leakpipe.config.crossval import CNN_METHOD, FUSED_METHOD, STATS_METHOD
-from leakpipe.cv.recording_level import fuse, recording_decisions
+from leakpipe.cv.recording_level import fuse, recording_decisions, site_out_of_fold
 from leakpipe.decision.voting import decide
 from leakpipe.detector import Network
 from leakpipe.evaluate.detector_evaluation import evaluate_detector
+from leakpipe.evaluate.figures import ranking_metrics
 from leakpipe.runtime import make_runtime
 from leakpipe.tracking import NullTracker
 from leakpipe.train.fit import FitOptions, fit
@@ -88,11 +90,21 @@ class MethodResult:
     info: dict[str, Any]             # chosen hyper-parameters, best epoch, val curve, ...
     val_scores: np.ndarray | None = None      # (F_val,) the val clips' scores, in file order
     recording: dict[str, Any] | None = None   # recording_level.recording_decisions
+    span: tuple[float, float] | None = None   # time.time() when its work began and ended
 
     def to_dict(self) -> dict[str, Any]:
         out = {"threshold": self.threshold, "scores": self.scores.tolist(),
                "decision": self.decision.astype(int).tolist(), "info": self.info}
+        if self.span is not None:
+            out["span"] = list(self.span)
         return {**out, "recording": self.recording} if self.recording is not None else out
+
+
+def _timed(run: Callable[[], MethodResult]) -> MethodResult:
+    """``run()`` with the wall-clock span of its work (the fold's MLflow child run shows it)."""
+    start = time.time()
+    result = run()
+    return dataclasses.replace(result, span=(start, time.time()))
 
 
 def run_cnn(paths: Mapping[str, Path], settings: Settings, checkpoint_dir: Path, *,
@@ -138,11 +150,20 @@ def run_baselines(paths: Mapping[str, Path], settings: Settings,
         return []
     cfg = settings.baselines
     train, val = (read_features(paths[r], cfg.n_mfcc, cfg.summary) for r in (TRAIN, VAL))
-    chosen = {name: fit_and_select(name, train, val, cfg, settings.evaluate, settings.decision)
-              for name in names}
+    chosen, began = {}, {}
+    for name in names:
+        began[name] = time.time()
+        chosen[name] = fit_and_select(name, train, val, cfg, settings.evaluate,
+                                      settings.decision)
     test = read_features(paths[TEST], cfg.n_mfcc, cfg.summary)   # after every choice
-    return [_apply(name, model, hyper, point, val, test)
-            for name, (model, hyper, point, _) in chosen.items()]
+    out = []
+    for name, (model, hyper, point, _) in chosen.items():
+        fitted = time.time() - began[name]   # its fit and choice (the shared reads: not)
+        start = time.time()
+        result = _apply(name, model, hyper, point, val, test)
+        out.append(dataclasses.replace(result, span=(began[name],
+                                                     began[name] + fitted + time.time() - start)))
+    return out
 
 
 def _apply(name: str, model: Any, hyper: dict[str, Any], point: Any, val: ClipFeatures,
@@ -155,18 +176,27 @@ def _apply(name: str, model: Any, hyper: dict[str, Any], point: Any, val: ClipFe
 
 
 def run_logger_stats(tables: Mapping[str, RecordingTable], settings: Settings) -> MethodResult:
-    """The statistics model fitted on train, ``C`` and threshold chosen on val recordings;
-    each test clip carries its recording's score."""
+    """The statistics model: ``C`` by grouped inner CV over train + val, refitted on them, its
+    threshold on their out-of-fold scores (``logger_stats.fit_and_select``: a val of a few
+    recordings alone cannot place it); each test clip carries its recording's score."""
     fit_ = logger_stats.fit_and_select(tables[TRAIN], tables[VAL], settings.baselines.logger_stats,
                                        settings.evaluate, settings.decision)
-    test = tables[TEST]
+    val, test = tables[VAL], tables[TEST]
     scores = logger_stats.leak_probability(fit_.net, test.stats[:, fit_.used])   # (R_test,)
     clip = scores[test.clip_recording]
+    recording = recording_decisions(fit_.pooled_scores, fit_.pooled_truth, scores,
+                                    settings.evaluate, settings.decision)
+    # what nested selection compares (recording_level.nested_choices): the ROC-AUC of its
+    # out-of-fold scores over train + val, its most precise honest inner figure (a val of a
+    # handful of recordings alone makes the choice a coin toss); the CNN's is its val figure
+    recording.update(val_scores=fit_.val_scores.tolist(),
+                     val_roc_auc=float(ranking_metrics(fit_.pooled_truth,
+                                                       fit_.pooled_scores)["roc_auc"]))
     info = {"hyper": {"C": fit_.c, "forms": settings.baselines.logger_stats.forms},
             "val_criterion": float(fit_.point.value), "statistics": len(fit_.used)}
     return MethodResult(STATS_METHOD, float(fit_.point.threshold), clip,
                         decide(clip, fit_.point.threshold)[0], info,
-                        val_scores=fit_.val_scores[tables[VAL].clip_recording])
+                        val_scores=fit_.val_scores[val.clip_recording], recording=recording)
 
 
 def run_fused(cnn: MethodResult, stats: MethodResult, tables: Mapping[str, RecordingTable],
@@ -178,6 +208,11 @@ def run_fused(cnn: MethodResult, stats: MethodResult, tables: Mapping[str, Recor
                                             [p[1] for p in parts], settings.detector.fusion_C)
     point = recording_decisions(val_scores, val.truth, test_scores, settings.evaluate,
                                 settings.decision)
+    # the stacker is fitted on val, so its val figure would flatter it in nested selection:
+    # that reads the ROC-AUC of val scores each from a stacker fitted without its site
+    held_out = site_out_of_fold([p[0] for p in parts], val.truth, val.group,
+                                settings.detector.fusion_C)
+    point["val_roc_auc"] = float(ranking_metrics(val.truth, held_out)["roc_auc"])
     clip = test_scores[test.clip_recording]
     threshold = float(point["threshold"])
     return MethodResult(FUSED_METHOD, threshold, clip, decide(clip, threshold)[0],
@@ -195,7 +230,9 @@ def _means(clip_scores: np.ndarray | None, table: RecordingTable) -> np.ndarray:
 def with_recordings(result: MethodResult, tables: Mapping[str, RecordingTable],
                     settings: Settings) -> MethodResult:
     """The method's recording verdicts: clip scores averaged per recording, the threshold
-    chosen on the val recordings."""
+    chosen on the val recordings (a method that already decided per recording keeps its own)."""
+    if result.recording is not None:
+        return result
     val, test = tables[VAL], tables[TEST]
     recording = recording_decisions(_means(result.val_scores, val), val.truth,
                                     _means(result.scores, test), settings.evaluate,
@@ -216,12 +253,13 @@ def run_fold_methods(paths: Mapping[str, Path], settings: Settings, work: Path, 
     results = []
     if CNN_METHOD in methods:
         work.mkdir(parents=True, exist_ok=True)
-        results.append(run_cnn(paths, settings, work, progress=progress))
+        results.append(_timed(lambda: run_cnn(paths, settings, work, progress=progress)))
     if STATS_METHOD in methods:
-        results.append(run_logger_stats(tables, settings))
+        results.append(_timed(lambda: run_logger_stats(tables, settings)))
     if FUSED_METHOD in methods:
         by_name = {r.name: r for r in results}
-        results.append(run_fused(by_name[CNN_METHOD], by_name[STATS_METHOD], tables, settings))
+        results.append(_timed(lambda: run_fused(by_name[CNN_METHOD], by_name[STATS_METHOD],
+                                                tables, settings)))
     baselines = tuple(m for m in methods if m not in (CNN_METHOD, STATS_METHOD, FUSED_METHOD))
     results.extend(run_baselines(paths, settings, baselines))
     return [with_recordings(r, tables, settings) for r in results]

@@ -7,14 +7,16 @@ same value), and its recording threshold is chosen on the fold's inner val recor
 evaluate's criterion and threshold grid; the test fold's recordings are then decided with it.
 
 Selection: among the methods a detector file can be (``DETECTOR_KINDS``, simplest first:
-logger_stats, cnn; fused is measured but not yet a detector file), the one with the best
-recording ROC-AUC, where a more complex method must beat a simpler one by
-more than ``margin`` (few sites make small differences noise; the simpler detector is cheaper to
-run and to explain). ``selected`` applies the rule to the pooled out-of-fold figures: it is
-what `evaluate` ships, and its figure is flattered by having been picked after seeing every
-fold. ``selected_nested`` applies the rule inside each fold to that fold's inner val only and
-pools each fold's pick on its test recordings: an honest estimate of "run the selection, ship
-the winner" (the test fold never takes part in its own choice).
+logger_stats, cnn, fused), the one with the best recording ROC-AUC, where a more complex method
+must beat a simpler one by more than ``margin`` (few sites make small differences noise; the
+simpler detector is cheaper to run and to explain). ``selected`` applies the rule to the pooled
+out-of-fold figures: it is what `ship` ships, and its figure is flattered by having been
+picked after seeing every fold. ``selected_nested`` applies the rule inside each fold to that
+fold's inner figures only (each method's ``val_roc_auc``: logger_stats' over its out-of-fold
+train + val scores, fused's over val scores from stackers fitted without their site
+(``site_out_of_fold``), the CNN's over the val recordings) and pools each fold's pick on its
+test recordings: an honest estimate of "run the selection, ship the winner" (the test fold
+never takes part in its own choice).
 """
 
 from __future__ import annotations
@@ -26,10 +28,9 @@ from sklearn.linear_model import LogisticRegression
 
 from leakpipe.baselines.operating_point import choose_on_val
 from leakpipe.config import DETECTOR_KINDS, DecisionConfig, EvaluateConfig
+from leakpipe.decision.stacking import Stacker, logit
 from leakpipe.decision.voting import decide
 from leakpipe.evaluate.figures import ranking_metrics
-
-PROB_EPS = 1e-6   # probabilities are clipped to [eps, 1 - eps] before their logit
 
 
 def recording_decisions(val_scores: np.ndarray, val_truth: np.ndarray, test_scores: np.ndarray,
@@ -45,29 +46,42 @@ def recording_decisions(val_scores: np.ndarray, val_truth: np.ndarray, test_scor
                                point.threshold)[0].astype(int).tolist()}
 
 
-def logit(p: np.ndarray) -> np.ndarray:
-    p = np.clip(np.asarray(p, np.float64), PROB_EPS, 1.0 - PROB_EPS)
-    return np.log(p / (1.0 - p))
-
-
 def fuse(val: Sequence[np.ndarray], val_truth: np.ndarray, test: Sequence[np.ndarray],
          c: float) -> tuple[np.ndarray, np.ndarray, list[float]]:
-    """Stack methods' recording probabilities: an L2 logistic regression on their logits,
-    fitted on the val recordings (each method's val scores come from a model that never saw
-    them). Returns (val scores, test scores, the weights and bias). A val set of one class
-    cannot weigh anything: the mean of the logits is used then."""
+    """Stack methods' recording probabilities (``fit_stacker`` on the val recordings; each
+    method's val scores come from a model that never saw them). Returns (val scores, test
+    scores, the weights and bias)."""
+    stacker = fit_stacker(val, val_truth, c, [str(m) for m in range(len(val))])
+    return (stacker.prob(logit(np.stack(val, axis=1))),
+            stacker.prob(logit(np.stack(test, axis=1))), [*stacker.weights, stacker.bias])
+
+
+def site_out_of_fold(val: Sequence[np.ndarray], val_truth: np.ndarray, group: np.ndarray,
+                     c: float) -> np.ndarray:
+    """(R_val,) stacked probabilities of the val recordings, each site's from a stacker fitted
+    on the other val sites (``fit_stacker``): an honest val figure for a method fitted on
+    val."""
+    x = np.stack([np.asarray(v, np.float64) for v in val], axis=1)       # (R_val, M)
+    out = np.empty(len(val_truth))
+    names = [str(m) for m in range(x.shape[1])]
+    for site in np.unique(group):
+        held = group == site
+        stacker = fit_stacker(list(x[~held].T), val_truth[~held], c, names)
+        out[held] = stacker.prob(logit(x[held]))
+    return out
+
+
+def fit_stacker(val: Sequence[np.ndarray], val_truth: np.ndarray, c: float,
+                names: Sequence[str]) -> Stacker:
+    """An L2 logistic regression (inverse strength ``c``) on the methods' (R_val,) recording
+    logits, one method per ``names``; a fused detector's stacker (stage `ship`) is fitted so
+    too. A val set of one class cannot weigh anything: the mean of the logits then."""
     x_val = np.stack([logit(v) for v in val], axis=1)             # (R_val, M)
-    x_test = np.stack([logit(t) for t in test], axis=1)           # (R_test, M)
     if len(np.unique(val_truth)) < 2:
-        w = np.full(x_val.shape[1], 1.0 / x_val.shape[1])
-        return _sigmoid(x_val @ w), _sigmoid(x_test @ w), [*w.tolist(), 0.0]
+        return Stacker(tuple(names), (1.0 / x_val.shape[1],) * x_val.shape[1], 0.0)
     model = LogisticRegression(C=c, max_iter=1000).fit(x_val, np.asarray(val_truth, int))
-    weights = [*model.coef_[0].tolist(), float(model.intercept_[0])]
-    return (model.predict_proba(x_val)[:, 1], model.predict_proba(x_test)[:, 1], weights)
-
-
-def _sigmoid(x: np.ndarray) -> np.ndarray:
-    return 1.0 / (1.0 + np.exp(-x))
+    return Stacker(tuple(names), tuple(float(w) for w in model.coef_[0]),
+                   float(model.intercept_[0]))
 
 
 def select_method(auc: Mapping[str, float], margin: float) -> str | None:
@@ -95,4 +109,5 @@ def nested_choices(results: Sequence[Mapping[str, object]], margin: float) -> li
     return out
 
 
-__all__ = ["fuse", "logit", "nested_choices", "recording_decisions", "select_method"]
+__all__ = ["fit_stacker", "fuse", "logit", "nested_choices", "recording_decisions",
+           "select_method", "site_out_of_fold"]

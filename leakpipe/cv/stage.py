@@ -23,6 +23,7 @@ import json
 import logging
 import math
 import shutil
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -91,6 +92,7 @@ def load_settings(params: Path, plan: Mapping[str, Any] | None, *,
 def run_cv(paths: CvPaths, params: Path, *, folds: int | None = None,
            tags: Mapping[str, str] | None = None, progress: bool = True) -> dict[str, Any]:
     """The whole stage; returns the summary written to ``paths.metrics``."""
+    started = time.time()              # the MLflow run, logged at the end, starts here
     plan = read_plan(paths.plan) if paths.plan is not None else None
     settings = load_settings(params, plan, folds=folds)
     cv = settings.cv
@@ -116,7 +118,7 @@ def run_cv(paths: CvPaths, params: Path, *, folds: int | None = None,
     histories = [r["methods"][CNN_METHOD]["info"]["history"] for r in results
                  if CNN_METHOD in r["methods"]]
     _write_outputs(paths, summary, oof, recording_oof, histories)
-    _log_runs(paths, summary, results, settings, sha, tags or {})
+    _log_runs(paths, summary, results, settings, sha, tags or {}, started)
     return summary
 
 
@@ -258,13 +260,16 @@ def _finite(metrics: Mapping[str, float]) -> dict[str, float]:
 
 
 def _log_runs(paths: CvPaths, summary: Mapping[str, Any], results: Sequence[Mapping[str, Any]],
-              settings: Settings, sha: Mapping[str, str], tags: Mapping[str, str]) -> None:
-    """One parent run (pooled figures, the outputs) and a child per fold and method."""
+              settings: Settings, sha: Mapping[str, str], tags: Mapping[str, str],
+              started: float) -> None:
+    """One parent run (pooled figures, the outputs) from ``started`` on, and a child per fold
+    and method spanning that method's work (a resumed fold's: when it ran)."""
     pooled = {f"cv/{m}/{name}{suffix}": fig[key]
               for m, figs in summary["methods"].items() for name, fig in figs.items()
               for key, suffix in (("mean", ""), ("ci_low", "_ci_low"), ("ci_high", "_ci_high"))}
     with tracking.start_run(STAGE, tags={**tags, **{f"leakpipe.sha256.{k}": v
-                                                    for k, v in sha.items()}}) as parent:
+                                                    for k, v in sha.items()}},
+                            started_at=started) as parent:
         parent.log_params({"cv": dataclasses.asdict(settings.cv)})
         parent.log_metrics(_finite(pooled))
         for path in (paths.metrics, paths.predictions, paths.plots_dir / PLOT_FIGURE):
@@ -277,8 +282,10 @@ def _log_runs(paths: CvPaths, summary: Mapping[str, Any], results: Sequence[Mapp
 def _log_child(parent_id: str | None, result: Mapping[str, Any], method: str,
                out: Mapping[str, Any], summary: Mapping[str, Any]) -> None:
     fold = int(result["fold"])
+    span = out.get("span") or (None, None)
     with tracking.start_run(STAGE, parent_run_id=parent_id,
-                            tags={TAG_FOLD: str(fold + 1), TAG_METHOD: method}) as run:
+                            tags={TAG_FOLD: str(fold + 1), TAG_METHOD: method},
+                            started_at=span[0], ended_at=span[1]) as run:
         run.set_tags({"mlflow.runName": f"{STAGE} fold {fold + 1} {method}"})
         info = out["info"]
         run.log_params({"threshold": out["threshold"], **{k: v for k, v in info.items()

@@ -8,6 +8,10 @@ exceed it (a threshold set on the reference's own recordings would be in-sample 
 new-site recordings than it says). Evaluate depends on ``data/processed/train.h5`` for this
 (dvc.yaml). A caller passing no train split (cross-validation folds) gets no reference.
 
+A `logger_stats` detector keeps its own reference, the training recordings' means and standard
+deviations of its statistics: its check and the share of a split it flags are
+``leakpipe.decision.stats_domain``'s (reported on the shipped detector's model card).
+
 The test split is only reported: its flagged share with a 95 % Wilson interval over its
 recordings (``domain/test_shifted_rate``, ``_ci_low``, ``_ci_high``); the default test split
 holds sites the reference never saw, so a rate well above 1 % says the sites differ more than

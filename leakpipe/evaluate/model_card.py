@@ -1,7 +1,10 @@
 """The model card: what an evaluated detector is for, what it was trained on, how good it is on
 test and under which conditions, how it fared on real recordings, and where it must not be
-trusted. `leakpipe evaluate` writes it to ``reports/model_card.md`` and makes it the registered
-version's description; `leakpipe promote` prints the cards of both versions it compares.
+trusted. `leakpipe evaluate` writes the card of its `cnn` detector to ``reports/model_card.md``;
+`leakpipe ship` makes the card of the shipped detector, of whichever kind (this one for `cnn`,
+``leakpipe.evaluate.stats_card`` for `logger_stats`, ``leakpipe.evaluate.fused_card`` for
+`fused`), the registered version's description;
+`leakpipe promote` prints the cards of both versions it compares.
 
 A crew digs on a LEAK call: the card is the one page that says how far that call can be taken.
 Its per-condition figures (pipe material, sensor, native sample rate: the manifest's columns
@@ -79,7 +82,7 @@ def manifest_conditions(source: Path) -> dict[str, dict[str, str]]:
 def model_card(card: CardInputs) -> str:
     """The card as Markdown: the bytes of reports/model_card.md (a DVC output). Nothing that
     differs between two runs on the same data and code enters it (``card.train_run`` does not)."""
-    parts = [_head(card), _intended_use(), _model(card), _data(card), _test(card),
+    parts = [_head(card), intended_use(), _model(card), _data(card), _test(card),
              _per_condition(card), _sim_to_real(card), _limits(card)]
     return "\n\n".join(p.rstrip() for p in parts) + "\n"
 
@@ -111,7 +114,7 @@ def _head(card: CardInputs) -> str:
             "the registered version's description).")
 
 
-def _intended_use() -> str:
+def intended_use() -> str:
     return ("## Intended use\n\n"
             "Screening recordings of pressurised water pipes (hydrophones, accelerometers, noise "
             "loggers) for the broadband, stationary noise of escaping water, so that a survey "

@@ -1,13 +1,14 @@
-"""Registered detector versions that say what they are, and the registration step that evaluate
+"""Registered detector versions that say what they are, and the registration step that ship
 and adapt share.
 
 A registry whose versions have empty descriptions answers none of the questions asked of it
 (what was version 7 trained on, how good is it, how sure is that figure): every version gets a
-description written by the stage that made it: evaluate's is its model card
-(``leakpipe.evaluate.model_card``, built with the words and figures here: the network, its
-training data from the train run of the network, the test figures with their intervals); adapt
-writes its own (``leakpipe.adapt.report.adapted_description``). ``register_version`` registers
-a logged detector with its description, tags and alias, and records the version on the run.
+description written by the stage that made it: ship's is the shipped detector's model card
+(for the cnn kind evaluate's, ``leakpipe.evaluate.model_card``, built with the words and figures
+here: the network, its training data from the train run of the network, the test figures with
+their intervals; for logger_stats ``leakpipe.evaluate.stats_card``); adapt writes its own
+(``leakpipe.adapt.report.adapted_description``). ``register_version`` registers a logged
+detector with its description, tags and alias, and records the version on the run.
 """
 
 from __future__ import annotations

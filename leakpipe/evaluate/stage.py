@@ -13,11 +13,13 @@
 5. the model card (``leakpipe.evaluate.model_card``: intended use, data, test figures with
    intervals, per-condition figures from the source's manifest, the sim-to-real figures, known
    limits) is written to ``reports/model_card.md`` and logged;
-6. with ``evaluate.registered_model`` set, the logged detector becomes a new version of that
-   registered model, tagged with this run, its commit and its test F1, with the model card and
-   the network's train run id as its description (the id stays out of the card file: a DVC
-   output has the same bytes for the same data and code), and the alias ``candidate`` moves to
-   it: `leakpipe promote` decides whether it becomes ``champion``.
+6. the detector is logged as the served MLflow pyfunc model (tag ``leakpipe.detector_uri``) and
+   the run is tagged with the detector file's sha256 (``leakpipe.detector_sha256``), by which
+   stage `ship` finds this run (and the network's train run) when it ships this detector.
+   evaluate registers nothing: the registry's ``candidate`` is the **shipped** detector, of
+   whichever kind grouped CV selected, and stage `ship` registers it (``leakpipe.ship.
+   registration``), so one repro makes one candidate; `leakpipe promote` decides whether it
+   becomes ``champion``.
 """
 
 from __future__ import annotations
@@ -43,13 +45,8 @@ from leakpipe.evaluate.detector_evaluation import (
     evaluation_figures,
     write_outputs,
 )
-from leakpipe.evaluate.model_card import (
-    CardInputs,
-    manifest_conditions,
-    model_card,
-    registry_description,
-)
-from leakpipe.evaluate.registration import register_version, training_text
+from leakpipe.evaluate.model_card import CardInputs, manifest_conditions, model_card
+from leakpipe.evaluate.registration import training_text
 from leakpipe.files import file_sha256, write_text_atomic
 from leakpipe.preload.plan import read_plan
 from leakpipe.runtime import make_runtime
@@ -106,15 +103,10 @@ def run_evaluate(paths: EvaluatePaths, params: Path, *, progress: bool = True) -
         card = _card_inputs(evaluation, detector, cfg.confidence, sha, trust.sha256["test"],
                             training_text(data), build.source, paths,
                             train_run)
-        card_text = model_card(card)
         if paths.model_card is not None:
-            write_text_atomic(paths.model_card, card_text)
-        detector_uri = _log_evaluation(run, evaluation, paths)
-        if cfg.registered_model and detector_uri is not None:
-            _register(run, evaluation, detector_uri, cfg.registered_model,
-                      {tracking.TAG_TEST_SHA256: trust.sha256["test"],
-                       tracking.TAG_MODEL_SHA256: sha},
-                      registry_description(card_text, card.train_run))
+            write_text_atomic(paths.model_card, model_card(card))
+        run.set_tags({tracking.TAG_DETECTOR_SHA256: file_sha256(paths.detector)})
+        _log_evaluation(run, evaluation, paths)
     print(summary_line(evaluation, paths.metrics))
     return 0
 
@@ -183,23 +175,6 @@ def _log_evaluation(run: Tracker, evaluation: Evaluation, paths: EvaluatePaths) 
     uri = log_served_detector(paths.detector)
     run.set_tags({tracking.TAG_DETECTOR_URI: uri})
     return uri
-
-
-def _register(run: Tracker, evaluation: Evaluation, uri: str, name: str,
-              tags: dict[str, str], description: str) -> None:
-    """The logged detector ``uri`` as a new version of ``name`` with the alias ``candidate``;
-    the version is tagged with this run, its test F1 and ``tags`` (the git commit and DVC
-    experiment come from the run itself, see ``tracking.register_detector``) and carries
-    ``description``.
-
-    Only ``candidate`` moves here: which version serves (``champion``) is `leakpipe promote`'s
-    decision, made on the test split against the current champion, never a side effect of
-    re-running an experiment.
-    """
-    register_version(run, uri, name, alias=tracking.ALIAS_CANDIDATE, tags={
-        **tags, tracking.TAG_EVALUATE_RUN: str(run.run_id),
-        tracking.TAG_TEST_F1: f"{evaluation.metrics['test/file_f1']:.4f}"},
-        description=description)
 
 
 def summary_line(evaluation: Evaluation, path: Path) -> str:

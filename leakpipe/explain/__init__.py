@@ -10,6 +10,7 @@ be this".
 
 Modules: ``occlusion`` (band groups, fill level, the occluded features: pure numpy),
 ``level`` (the waveform level over time), ``recording`` (one recording's explanation through
-``leakpipe.predict``'s reading and scoring), ``figure`` (the PNG), ``stage``
-(``run_explain``: the command).
+``leakpipe.predict``'s reading and scoring), ``figure`` (the PNG), ``stats`` and ``fused``
+(the exact, linear explanations of a logger_stats and a fused detector's call: each statistic's,
+each part's share of the logit), ``stage`` (``run_explain``: the command).
 """

@@ -1,10 +1,11 @@
 """``run_explain``: `leakpipe explain REC... [--model PATH_OR_URI] --out DIR`.
 
-Per recording ``DIR/<stem>.png`` (``figure``) and ``DIR/<stem>.json`` (the same numbers), each
-written atomically (two recordings with one stem get ``<stem>-2``, ...). The detector, its
-scoring rules, the runtime and the batch size come from predict's own functions, so the
-unoccluded scores are predict's. A recording that cannot be read gets one line naming it and
-its reason; the others are still explained, and the exit code is then 3 (data).
+Per recording ``DIR/<stem>.png`` (``figure``; ``stats`` and ``fused`` for those kinds) and
+``DIR/<stem>.json`` (the same numbers), each written atomically (two recordings with one stem
+get ``<stem>-2``, ...). The detector, its scoring rules, the runtime and the batch size come
+from predict's own functions, so the unoccluded scores are predict's. A recording that cannot
+be read gets one line naming it and its reason; the others are still explained, and the exit
+code is then 3 (data).
 
 ``explain_leaks`` is `leakpipe predict --explain DIR`: the same for every recording predict's CSV
 calls LEAK (the rows kept by ``--resume`` included), after predict has written it.
@@ -28,11 +29,17 @@ from leakpipe.explain.figure import explanation_figure
 from leakpipe.explain.occlusion import FILLS
 from leakpipe.explain.recording import Explanation, explain_recording, to_json
 from leakpipe.files import json_text, os_problem, write_bytes_atomic, write_text_atomic
-from leakpipe.predict import batch_budget, find_recordings, resolve_model, scoring_rules
+from leakpipe.predict import (
+    batch_budget,
+    clip_scoring,
+    find_recordings,
+    resolve_model,
+    scoring_rules,
+)
 from leakpipe.predict_rows import STATUS_OK
 from leakpipe.predict_target import check_folder
-from leakpipe.runtime import make_runtime
-from leakpipe.stats_detector import StatsDetector, load_any_detector
+from leakpipe.runtime import Runtime, make_runtime
+from leakpipe.stats_detector import FusedDetector, StatsDetector, load_any_detector
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +58,8 @@ def run_explain(paths: Sequence[Path], model: str, out: Path, params: Path, *,
     detector = load_any_detector(resolve_model(model))
     if isinstance(detector, StatsDetector):
         return _explain_stats(paths, detector, out)
+    if isinstance(detector, FusedDetector):
+        return _explain_fused(paths, detector, out, params, runtime)
     if bands_per_group > detector.features.n_mels:
         raise DataError(f"--bands-per-group: {bands_per_group} is more than the model's "
                         f"{detector.features.n_mels} mel bands")
@@ -81,6 +90,26 @@ def _explain_stats(paths: Sequence[Path], detector: StatsDetector, out: Path) ->
                         f"{ex.decision} (P(LEAK) {ex.score:.3f}, threshold "
                         f"{detector.threshold:g}); most from {top[0]} ({top[1]:+.2f} to the "
                         "logit)")
+
+    return _explain_each(paths, out, explain)
+
+
+def _explain_fused(paths: Sequence[Path], detector: FusedDetector, out: Path, params: Path,
+                   runtime: Runtime) -> int:
+    """A fused detector: per recording what each part moved the call by, and the statistics
+    that moved the statistics part."""
+    from leakpipe.explain import fused
+
+    scoring = clip_scoring(detector.cnn, scoring_rules(detector.cnn, params), runtime)
+
+    def explain(path: Path) -> Rendered:
+        ex = fused.explain_fused_recording(path, detector, scoring)
+        top = max(ex.parts, key=lambda k: abs(ex.parts[k]["evidence"]))
+        return Rendered(fused.fused_figure(ex, detector.threshold),
+                        fused.to_json(ex, detector.threshold),
+                        f"{ex.decision} (P(LEAK) {ex.score:.3f}, threshold "
+                        f"{detector.threshold:g}); most from the {top} part "
+                        f"({ex.parts[top]['evidence']:+.2f} to the logit)")
 
     return _explain_each(paths, out, explain)
 

@@ -23,6 +23,7 @@ from leakpipe.features.recording_stats import stat_names
 from leakpipe.stats_detector import StatsDetector, measure
 
 SHOWN = 12   # contributions drawn in the figure (the JSON holds all)
+LABEL_ROOM = 2.2   # x limits in units of the longest bar: its label fits beyond its end
 
 
 @dataclass(frozen=True)
@@ -44,11 +45,18 @@ def explain_stats_recording(path: Path, detector: StatsDetector) -> StatsExplana
     if measured.stats is None:
         raise DataError(f"{path}: unusable ({'; '.join(measured.problems)}): no leak call to "
                         "explain")
-    score = float(detector.probability(measured.stats[None, :])[0])
-    moved = detector.contributions(measured.stats)
+    return stats_explanation(path, measured.stats, detector)
+
+
+def stats_explanation(path: Path, stats: np.ndarray,
+                      detector: StatsDetector) -> StatsExplanation:
+    """The explanation of a recording's (S_all,) statistics (a fused detector's statistics
+    part is explained so too)."""
+    score = float(detector.probability(stats[None, :])[0])
+    moved = detector.contributions(stats)
     order = sorted(moved, key=lambda k: -abs(moved[k]))
     every = stat_names(detector.stats)
-    values = {n: float(measured.stats[every.index(n)]) for n in detector.net.names}
+    values = {n: float(stats[every.index(n)]) for n in detector.net.names}
     means = dict(zip(detector.net.names, detector.net.mean.tolist(), strict=True))
     return StatsExplanation(
         path=Path(path), score=score, leak_prob=detector.leak_prob(score),
@@ -76,9 +84,17 @@ def stats_figure(ex: StatsExplanation, threshold: float) -> Figure:
     import matplotlib
 
     matplotlib.use("Agg")
+    fig = Figure(figsize=(8.0, 0.35 * min(len(ex.contributions), SHOWN) + 1.6),
+                 layout="constrained")
+    draw_statistics(fig.subplots(), ex)
+    fig.axes[0].set_title(f"{ex.path.name}: {ex.decision} (P(LEAK) {ex.score:.3f}, threshold "
+                          f"{threshold:.3f}); red: towards LEAK")
+    return fig
+
+
+def draw_statistics(ax: Any, ex: StatsExplanation) -> None:
+    """The largest contributions as horizontal bars on ``ax``, each with its value."""
     items = list(ex.contributions.items())[:SHOWN][::-1]
-    fig = Figure(figsize=(8.0, 0.35 * len(items) + 1.6), layout="constrained")
-    ax = fig.subplots()
     ax.barh([k for k, _ in items], [v for _, v in items],
             color=["C3" if v > 0 else "C0" for _, v in items])
     for i, (k, v) in enumerate(items):
@@ -87,10 +103,15 @@ def stats_figure(ex: StatsExplanation, threshold: float) -> Figure:
         ax.text(v, i, f" {label} (train {ex.train_mean[k]:.1f})", va="center", fontsize=7,
                 ha="left" if v >= 0 else "right")
     ax.axvline(0.0, color="black", linewidth=0.8)
-    ax.set(xlabel="contribution to the leak logit (coefficient x standardised value)",
-           title=f"{ex.path.name}: {ex.decision} (P(LEAK) {ex.score:.3f}, threshold "
-                 f"{threshold:.3f}); red: towards LEAK")
-    return fig
+    ax.set(xlabel="contribution to the leak logit (coefficient x standardised value)")
+    room_for_labels(ax, [v for _, v in items])
 
 
-__all__ = ["StatsExplanation", "explain_stats_recording", "stats_figure", "to_json"]
+def room_for_labels(ax: Any, values: list[float]) -> None:
+    """Symmetric x limits wide enough for the labels written beyond the bars' ends."""
+    reach = max([abs(v) for v in values] + [1e-9])
+    ax.set_xlim(-LABEL_ROOM * reach, LABEL_ROOM * reach)
+
+
+__all__ = ["StatsExplanation", "draw_statistics", "explain_stats_recording",
+           "room_for_labels", "stats_explanation", "stats_figure", "to_json"]

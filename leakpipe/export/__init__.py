@@ -9,6 +9,8 @@ normalisation, the voting rule, the threshold, any calibration) is data, not gra
 a JSON file beside the model (``rules``) and into the model's metadata.
 
 Modules: ``graph`` (torch -> ONNX bytes, checked with onnxruntime), ``rules`` (the JSON),
+``stats_graph`` and ``fused_graph`` (a logger_stats detector's statistics model; a fused
+detector's whole recording decision from its segments and statistics, each with its rules),
 ``stage`` (``run_export``: the command). Nothing is imported here: `leakpipe --help` must not
 load torch.onnx.
 """

@@ -57,12 +57,17 @@ def output_columns(detector: Detector) -> list[str]:
 def onnx_bytes(detector: Detector, where: str) -> bytes:
     """The detector's scoring network as a serialised ONNX model; ``where`` names the model
     in the one-line error of a network the exporter cannot express."""
+    check_exportable(detector, where)
+    return module_onnx(scorer(detector), detector.features.segment_shape[2:])
+
+
+def check_exportable(detector: Detector, where: str) -> None:
+    """A ``DataError`` naming ``where`` for a network the exporter cannot express."""
     if detector.model_cfg.tonal_median > 1:
         # torch.median over an unfolded axis has no ONNX operator and the exporter refuses it
         raise DataError(f"{where}: model.tonal_median = {detector.model_cfg.tonal_median}: the "
                         "running median over mel bands has no ONNX form; export supports "
                         "networks trained with tonal_median 0")
-    return module_onnx(scorer(detector), detector.features.segment_shape[2:])
 
 
 def module_onnx(module: nn.Module, mel_shape: tuple[int, int]) -> bytes:

@@ -42,7 +42,7 @@ def missing_alias(model: str) -> str | None:
     """For a ``models:/<name>@<alias>`` URI whose alias points nowhere yet, the one line that
     says what to run; None when it resolves (or is no alias URI).
 
-    After `make run` the registry holds the ``candidate`` evaluate registered but no
+    After `make run` the registry holds the ``candidate`` ship registered but no
     ``champion`` until `leakpipe promote` crowns one, and MLflow's own answer ("Registered
     model alias champion not found") names neither the command nor the alternative.
     """
@@ -55,11 +55,11 @@ def missing_alias(model: str) -> str | None:
     store = tracking.shown_tracking_uri()
     if tracking.alias_version(name, tracking.ALIAS_CANDIDATE) is None:
         return (f"{model}: no version of {name} has the alias {alias} in {store}, nor the "
-                f"alias {tracking.ALIAS_CANDIDATE}: run `dvc repro evaluate` (or `make run`) "
+                f"alias {tracking.ALIAS_CANDIDATE}: run `dvc repro ship` (or `make run`) "
                 "to register a detector first")
     if alias == tracking.ALIAS_CHAMPION:
         return (f"{model}: no {alias} yet in {store}: run `leakpipe promote` (it makes the "
-                f"evaluated {tracking.ALIAS_CANDIDATE} the {alias}), or serve the candidate "
+                f"shipped {tracking.ALIAS_CANDIDATE} the {alias}), or serve the candidate "
                 f"with --model models:/{name}@{tracking.ALIAS_CANDIDATE}")
     return (f"{model}: no version of {name} has the alias {alias} in {store}; name another "
             f"with --model, e.g. models:/{name}@{tracking.ALIAS_CANDIDATE}")
@@ -119,7 +119,7 @@ def run_serve(model: str, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
         raise DataError(hint)
     if SERVED_FLAVOR not in tracking.model_flavors(model):
         raise DataError(f"{model}: not a servable MLflow model (no {SERVED_FLAVOR} flavor); "
-                        "re-run evaluate to log the detector as one")
+                        "re-run ship to log the detector as one")
     print(f"serve: {model} on http://{host}:{port}/invocations (GET /ping: ready; "
           "Ctrl-C stops it)", flush=True)
     return serve(serve_command(model, host, port, workers), env=serve_environment())

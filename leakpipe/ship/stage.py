@@ -1,17 +1,21 @@
 """Stage `ship`: the detector of the kind grouped cross-validation picked -> `models/shipped.pt`.
 
-``detector.method`` names the kind (``logger_stats`` or ``cnn``); ``auto`` takes
+``detector.method`` names the kind (``logger_stats``, ``cnn`` or ``fused``); ``auto`` takes
 `metrics/cv.json`'s ``selected`` (the kind with the best pooled recording ROC-AUC, a more
 complex kind winning only by more than ``detector.selection_margin``: leakpipe.cv.recording_level).
 
 - ``cnn``: evaluate's detector (`models/detector.pt`, its operating point chosen on val) is the
   shipped one, byte for byte;
 - ``logger_stats``: the statistics model is fitted on train, its strength, threshold and
-  calibration chosen on val, test scored once (``leakpipe.ship.stats_evaluation``).
+  calibration chosen on val, test scored once (``leakpipe.ship.stats_evaluation``);
+- ``fused``: evaluate's CNN detector and a logger_stats part fitted as above, stacked on the
+  val recordings (``detector.fusion_C``), its threshold and calibration chosen there, test
+  scored once (``leakpipe.ship.fused_evaluation``).
 
 `metrics/ship.json` says which kind was shipped and why (the method param, cv's selection and
 its nested estimate) with the shipped detector's test figures; one MLflow run logs the same
-and the detector file.
+and the detector file. The shipped detector's model card, its served MLflow model and its
+registered version (alias ``candidate``) come from ``leakpipe.ship.registration``.
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ from leakpipe.metric_names import json_safe, nest
 log = logging.getLogger(__name__)
 
 STAGE = "ship"
-CNN, STATS = "cnn", "logger_stats"
+CNN, STATS, FUSED = "cnn", "logger_stats", "fused"
 SPLITS = ("train", "val", "test")
 PREDICTION_COLUMNS = ("split", "recording_id", "group", "truth", "score", "leak_prob",
                       "leak_decision")
@@ -56,6 +60,8 @@ class ShipPaths:
     shipped: Path              # models/shipped.pt
     metrics: Path              # metrics/ship.json
     predictions: Path          # reports/shipped_predictions.csv (a row per val / test recording)
+    model_card: Path | None = None   # reports/shipped_model_card.md (None: not written)
+    cnn_card: Path | None = None     # evaluate's reports/model_card.md (the cnn kind's card)
 
 
 def chosen_kind(method: str, cv_path: Path) -> tuple[str, dict[str, Any]]:
@@ -101,7 +107,8 @@ def run_ship(paths: ShipPaths, params: Path) -> int:
         else:
             trust = trust_splits(paths.validated, splits)
             run.set_tags(trust.tags)
-            metrics, rows = _ship_stats(paths, params, splits)
+            ship_kind = _ship_stats if kind == STATS else _ship_fused
+            metrics, rows = ship_kind(paths, params, splits)
         report = {"kind": kind, "method": cfg.method, **selection, **nest(json_safe(metrics))}
         write_json_atomic(paths.metrics, report)
         # a cnn detector's predictions are evaluate's (reports/predictions.csv): a header only
@@ -110,8 +117,22 @@ def run_ship(paths: ShipPaths, params: Path) -> int:
                          if isinstance(v, int | float)})
         run.log_artifact(paths.shipped, STAGE)
         run.log_artifact(paths.metrics, STAGE)
+        _publish(run, paths, kind, report, metrics, params)
     print(summary_line(report, paths.shipped))
     return 0
+
+
+def _publish(run: tracking.Tracker, paths: ShipPaths, kind: str, report: dict[str, Any],
+             metrics: dict[str, Any], params: Path) -> None:
+    """The shipped detector's card, served model and registered version
+    (``leakpipe.ship.registration``: the registry's candidate is registered there only)."""
+    from leakpipe.ship.registration import Shipped, publish_shipped
+
+    publish_shipped(run, Shipped(kind=kind, file=paths.shipped, report=report,
+                                 metrics={k: float(v) for k, v in metrics.items()
+                                          if isinstance(v, int | float)},
+                                 data_dir=paths.data_dir, cnn_card=paths.cnn_card,
+                                 params=params), paths.model_card)
 
 
 def _ship_stats(paths: ShipPaths, params: Path,
@@ -124,6 +145,23 @@ def _ship_stats(paths: ShipPaths, params: Path,
                                          load_section(params, "evaluate"),
                                          load_section(params, "decision"), build.quality)
     save_stats_detector(paths.shipped, evaluation.detector)
+    return evaluation.metrics, evaluation.rows
+
+
+def _ship_fused(paths: ShipPaths, params: Path,
+                splits: dict[str, Path]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    from leakpipe.runtime import make_runtime
+    from leakpipe.ship.fused_evaluation import evaluate_fused_detector
+    from leakpipe.stats_detector import save_fused_detector
+
+    rt = load_section(params, "runtime")
+    evaluation = evaluate_fused_detector(
+        splits, load_detector(paths.cnn_detector), baselines=load_section(params, "baselines"),
+        ev=load_section(params, "evaluate"), decision=load_section(params, "decision"),
+        fusion_c=load_section(params, "detector").fusion_C,
+        quality=load_section(params, "build").quality,
+        runtime=make_runtime(rt.device, rt.amp, rt.channels_last))
+    save_fused_detector(paths.shipped, evaluation.detector)
     return evaluation.metrics, evaluation.rows
 
 

@@ -1,11 +1,13 @@
-"""evaluate for a `logger_stats` detector: fit on train, choose on val, report on test.
+"""evaluate for a `logger_stats` detector: fit on train + val, choose by inner CV, report on
+test.
 
-The statistics model is fitted on the train recordings (``C`` chosen on val, as in
-`crossval`), its threshold is chosen on the val recordings by evaluate's criterion and grid,
-the Platt calibration that makes ``leak_prob`` a probability is fitted on the val recordings,
-and test is scored once with all of it unchanged. Every figure is per recording, the unit a
-utility acts on; the intervals resample sites (a site drawn k times brings all of its
-recordings k times), as `crossval`'s do.
+As in `crossval` (``leakpipe.baselines.logger_stats.fit_and_select``): ``C`` is chosen by
+grouped inner CV over the train and val recordings pooled, the model is refitted on them, the
+threshold (evaluate's criterion and grid) and the Platt calibration that makes ``leak_prob`` a
+probability are fitted on their out-of-fold scores, and test is scored once with all of it
+unchanged; the val figures are of the val recordings' out-of-fold scores. Every figure is per
+recording, the unit a utility acts on; the intervals resample sites (a site drawn k times
+brings all of its recordings k times), as `crossval`'s do.
 """
 
 from __future__ import annotations
@@ -16,7 +18,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from leakpipe.baselines.logger_stats import fit_and_select, leak_probability, read_recordings
+import numpy as np
+
+from leakpipe.baselines.logger_stats import (
+    RecordingTable,
+    fit_and_select,
+    leak_probability,
+    read_recordings,
+)
 from leakpipe.baselines.recording_figures import recording_figures
 from leakpipe.config import (
     BaselinesConfig,
@@ -27,7 +36,7 @@ from leakpipe.config import (
     from_mapping,
 )
 from leakpipe.data.reader import open_split
-from leakpipe.decision.calibration import fit_platt
+from leakpipe.decision.calibration import Calibration, fit_platt
 from leakpipe.decision.voting import decide
 from leakpipe.stats_detector import StatsDetector
 
@@ -41,6 +50,7 @@ class StatsEvaluation:
     detector: StatsDetector
     metrics: dict[str, float]                 # val/recording_*, test/recording_* (+ intervals)
     rows: list[dict[str, Any]]                # a row per val / test recording
+    scores: dict[str, np.ndarray]             # val (out-of-fold) and test: (R,) P(LEAK)
 
 
 def evaluate_stats_detector(paths: Mapping[str, Path], baselines: BaselinesConfig,
@@ -52,35 +62,45 @@ def evaluate_stats_detector(paths: Mapping[str, Path], baselines: BaselinesConfi
     with open_split(paths[TRAIN]) as split:
         stats_cfg = from_mapping(RecordingStatsConfig, split.stats_config, "stats",
                                  str(paths[TRAIN]))
-    val = tables[VAL]
-    calibration = fit_platt(fit.val_scores, val.truth)
+    calibration = fit_platt(fit.pooled_scores, fit.pooled_truth)   # out-of-fold, train + val
     metrics: dict[str, float] = {"eval/threshold": fit.point.threshold,
                                  "eval/criterion_value": fit.point.value,
                                  "eval/target_met": float(fit.point.met),
                                  "eval/C": fit.c}
     rows = []
+    scores = {VAL: fit.val_scores,                      # out-of-fold: the model refits on val
+              TEST: leak_probability(fit.net, tables[TEST].stats[:, fit.used])}   # (R,)
     for name in (VAL, TEST):
-        table = tables[name]
-        scores = leak_probability(fit.net, table.stats[:, fit.used])           # (R,)
-        decided = decide(scores, fit.point.threshold)[0]
-        metrics.update(recording_figures(name, table.truth, decided, scores, table.group,
-                                         intervals=ev if name == TEST else None,
-                                         counts=True))
-        probs = calibration.prob(scores)
-        rows += [{"split": name, "recording_id": rid, "group": grp, "truth": int(t),
-                  "score": f"{s:.6g}", "leak_prob": f"{p:.4f}",
-                  "leak_decision": "LEAK" if d else "NOLEAK"}
-                 for rid, grp, t, s, p, d in zip(table.recording_id, table.group, table.truth,
-                                                 scores, probs, decided, strict=True)]
+        figures, split_rows = split_report(name, tables[name], scores[name],
+                                           fit.point.threshold, calibration, ev)
+        metrics.update(figures)
+        rows += split_rows
     detector = StatsDetector(net=fit.net, stats=stats_cfg, threshold=fit.point.threshold,
                              calibration=calibration, quality=quality,
                              metrics={k: v for k, v in metrics.items()
                                       if k.startswith(("test/recording_", "eval/"))})
-    log.info("logger_stats detector: C %g, threshold %g (val); test recording ROC-AUC %.3f, "
+    log.info("logger_stats detector: C %g, threshold %g (inner CV); test recording ROC-AUC %.3f, "
              "F1 %.3f over %d recordings", fit.c, fit.point.threshold,
              metrics["test/recording_roc_auc"], metrics["test/recording_f1"],
              int(metrics["test/recordings"]))
-    return StatsEvaluation(detector, metrics, rows)
+    return StatsEvaluation(detector, metrics, rows, scores)
 
 
-__all__ = ["StatsEvaluation", "evaluate_stats_detector"]
+def split_report(name: str, table: RecordingTable, scores: np.ndarray, threshold: float,
+                 calibration: Calibration,
+                 ev: EvaluateConfig) -> tuple[dict[str, float], list[dict[str, Any]]]:
+    """One split's recording figures (test's with site-bootstrap intervals) and its rows of
+    reports/shipped_predictions.csv, for (R,) recording scores decided at ``threshold``."""
+    decided = decide(scores, threshold)[0]
+    figures = recording_figures(name, table.truth, decided, scores, table.group,
+                                intervals=ev if name == TEST else None, counts=True)
+    probs = calibration.prob(scores)
+    rows = [{"split": name, "recording_id": rid, "group": grp, "truth": int(t),
+             "score": f"{s:.6g}", "leak_prob": f"{p:.4f}",
+             "leak_decision": "LEAK" if d else "NOLEAK"}
+            for rid, grp, t, s, p, d in zip(table.recording_id, table.group, table.truth,
+                                            scores, probs, decided, strict=True)]
+    return figures, rows
+
+
+__all__ = ["StatsEvaluation", "evaluate_stats_detector", "split_report"]

@@ -1,9 +1,9 @@
 """Detector files as MLflow logged models: logging one (``log_pyfunc``: `leakpipe.serve` makes
 it servable), registering it, fetching one by URI.
 
-The registry: evaluate registers each detector it logs as a new version of one registered
-model (``register_detector``) and points the alias ``candidate`` at it; `leakpipe adapt`
-registers its field-adapted detector the same way with the alias ``adapted``; `leakpipe
+The registry: ship registers the detector it ships (of any kind) as a new version of one
+registered model (``register_detector``) and points the alias ``candidate`` at it; `leakpipe
+adapt` registers its field-adapted detector the same way with the alias ``adapted``; `leakpipe
 promote` reads the versions behind ``candidate`` and ``champion`` (``alias_version``) and moves
 ``champion`` (``set_alias``). A version is fetched like any model:
 ``download_model("models:/<name>@<alias>")`` or ``models:/<name>/<version>``.
@@ -27,16 +27,19 @@ from leakpipe.tracking.runs import tracking_uri
 LOGGED_MODEL_PREFIX = "models:/"
 DESCRIPTION_CHARS = 5000          # MLflow's column for a model's or a version's description
 MODEL_DESCRIPTION = (
-    "leakpipe's acoustic leak detector for water pipes. A CNN (LeakCNN) scores log-mel segments "
-    "of a pipe recording; its segment probabilities are voted into one leak score per recording, "
-    "which is compared with an operating point chosen on the val split. Each version is one "
-    "detector file (network, operating point, scoring rules), an MLflow pyfunc model that "
-    "`leakpipe serve` and `leakpipe predict --model models:/...` take. Aliases: candidate = the "
-    "newest detector `leakpipe evaluate` scored on the test split; champion = the version "
-    "`leakpipe promote` let through (paired bootstrap on the test split); adapted = the newest "
-    "field-adapted detector of `leakpipe adapt` (pseudo-labelled field recordings; scored on "
-    "val and the field check set, not on test). Each version's description gives its training "
-    "data and its figures.")
+    "leakpipe's acoustic leak detector for water pipes: one verdict per pipe recording. Each "
+    "version is one detector file of a kind (tag leakpipe.detector_kind): cnn = a CNN (LeakCNN) "
+    "scores log-mel segments of the recording and votes them into one leak score; logger_stats "
+    "= the recording's level statistics (quiet moments, steadiness, per octave band) in a "
+    "logistic regression; fused = the two stacked by a logistic regression on their recording "
+    "logits. The score is compared with an operating point chosen on the val "
+    "split. Each version is an MLflow pyfunc model that `leakpipe serve` and `leakpipe predict "
+    "--model models:/...` take. Aliases: candidate = the newest detector `leakpipe ship` "
+    "shipped (the kind grouped cross-validation selected, scored on the test split); champion "
+    "= the version `leakpipe promote` let through (paired bootstrap over test recordings); "
+    "adapted = the newest field-adapted detector of `leakpipe adapt` (pseudo-labelled field "
+    "recordings; scored on val and the field check set, not on test). Each version's "
+    "description is its model card: what it reads, its training data and its figures.")
 
 
 class RegistryError(LeakpipeError):
@@ -50,7 +53,7 @@ class DetectorVersion:
     name: str
     version: str
     tags: dict[str, str] = field(default_factory=dict)
-    description: str = ""      # evaluate's model card, adapt's summary ("" when none)
+    description: str = ""      # ship's model card, adapt's summary ("" when none)
 
     @property
     def uri(self) -> str:

@@ -33,7 +33,7 @@ PARAMS_DIGEST_CHARS = 7
 DATASET_DIGEST_CHARS = 12   # a run's MLflow dataset shows the file's sha256 cut to this
 DATASET_CONTEXT = {"train": "training", "val": "validation", "test": "testing"}
 
-# The model registry: evaluate registers each detector it logs as a new version of the
+# The model registry: ship registers the detector it ships (any kind) as a new version of the
 # registered model named by `evaluate.registered_model` and points ALIAS_CANDIDATE at it;
 # `leakpipe promote` moves ALIAS_CHAMPION to the candidate when the rule allows it.
 ALIAS_CANDIDATE = "candidate"
@@ -45,10 +45,14 @@ TAG_ADAPTED = "leakpipe.adapted"                 # on a version: "true" for an a
 TAG_ADAPT_RUN = "leakpipe.adapt_run_id"          # on a version: the adapt run that made it
 TAG_SEED_SHA256 = "leakpipe.seed_detector_sha256"  # on a version: the detector adapt started from
 TAG_EVALUATE_RUN = "leakpipe.evaluate_run_id"    # on a version: the evaluate run that made it
+TAG_SHIP_RUN = "leakpipe.ship_run_id"            # on a version: the ship run that registered it
+TAG_DETECTOR_KIND = "leakpipe.detector_kind"     # on a version: cnn | logger_stats | ...
+TAG_DETECTOR_SHA256 = "leakpipe.detector_sha256"  # detector file sha256 (evaluate run, version)
 TAG_TEST_F1 = "leakpipe.test_file_f1"            # on a version: its test file F1 at evaluate
+TAG_TEST_RECORDING_F1 = "leakpipe.test_recording_f1"  # on a version: ship's test recording F1
 TAG_TEST_SHA256 = "leakpipe.test_sha256"         # on a version: the test split it was scored on
 TAG_PROMOTE_RUN = "leakpipe.promote_run_id"      # on a version: the promote run that crowned it
-TAG_REGISTERED_VERSION = "leakpipe.registered_version"  # on an evaluate run: "<name>/<version>"
+TAG_REGISTERED_VERSION = "leakpipe.registered_version"  # on a ship / adapt run: "<name>/<version>"
 VERSION_SOURCE_TAGS = (TAG_GIT_COMMIT, "dvc.exp_name", "dvc.baseline_rev", TAG_UNVALIDATED)
 
 

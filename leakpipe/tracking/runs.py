@@ -54,6 +54,13 @@ def shown_tracking_uri() -> str:
 
 
 def artifact_root(root: Path | None = None) -> Path:
+    """Where a new experiment's artifacts go: beside the SQLite store that records the runs
+    (``<store folder>/artifacts``: the project's ``mlruns/artifacts`` by default, a scratch
+    store's own folder for a benchmark or a test, never the project's folder for another
+    store's runs); for a server or database store, ``<root>/mlruns/artifacts``."""
+    uri = tracking_uri(root)
+    if uri.startswith("sqlite:///"):
+        return Path(uri.removeprefix("sqlite:///")).parent / "artifacts"
     return (root or repo_root()) / "mlruns" / "artifacts"
 
 
@@ -137,9 +144,16 @@ def start_run(stage: str, *, tags: Mapping[str, str] | None = None,
               system_metrics: bool = False, nested: bool = False,
               system_metrics_interval_s: float | None = None,
               parent_run_id: str | None = None,
-              resume_run_id: str | None = None) -> Iterator[MlflowTracker]:
+              resume_run_id: str | None = None,
+              started_at: float | None = None,
+              ended_at: float | None = None) -> Iterator[MlflowTracker]:
     """One MLflow run for one stage execution; FAILED on error (tagged ``leakpipe.error`` with
     its one line, so the run says why), KILLED on interrupt.
+
+    ``started_at`` / ``ended_at`` (seconds since the epoch, ``time.time()``): when the work the
+    run records began / ended, for a run opened after its work (a stage logs its figures once
+    they exist; a fold's child run is logged after every fold ran): the run's duration in the
+    UI is then the work's, not the logging's. None: now.
 
     ``parent_run_id`` makes it a child run (nested when the parent is active in this process);
     ``resume_run_id`` reopens that run when the store holds it (a resumed tuning study).
@@ -163,7 +177,15 @@ def start_run(stage: str, *, tags: Mapping[str, str] | None = None,
     nested = nested or (parent_run_id is not None and mlflow.active_run() is not None)
     all_tags = run_tags(stage, root, tags)
     label = run_label(stage)
-    run = mlflow.start_run(run_id=_existing_run(resume_run_id), experiment_id=experiment_id,
+    run_id = _existing_run(resume_run_id)
+    if run_id is None and started_at is not None:
+        created_tags = dict(all_tags)
+        if parent_run_id is not None:
+            created_tags[PARENT_RUN_TAG] = parent_run_id
+        run_id = mlflow.MlflowClient().create_run(
+            experiment_id, start_time=_ms(started_at), tags=created_tags,
+            run_name=label).info.run_id
+    run = mlflow.start_run(run_id=run_id, experiment_id=experiment_id,
                            run_name=label, nested=nested, parent_run_id=parent_run_id,
                            tags=all_tags, log_system_metrics=system_metrics)
     log.info("mlflow run %s (%s) in %s", run.info.run_id, stage, redacted(uri))
@@ -179,6 +201,14 @@ def start_run(stage: str, *, tags: Mapping[str, str] | None = None,
         raise
     finally:
         mlflow.end_run(status=status)
+        if ended_at is not None:
+            mlflow.MlflowClient().set_terminated(run.info.run_id, status,
+                                                 end_time=_ms(ended_at))
+
+
+def _ms(seconds: float) -> int:
+    """``time.time()`` seconds -> MLflow's integer milliseconds."""
+    return int(round(seconds * 1000.0))
 
 
 def _tag_error(line: str) -> None:

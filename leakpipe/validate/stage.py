@@ -10,6 +10,7 @@ split, the check and the offending files. Both outcomes are logged to MLflow.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,12 +44,14 @@ def failed_path(path: Path) -> Path:
 def run_validate(splits: Mapping[str, Path], outputs: ValidateOutputs, params: Path, *,
                  progress: bool = True) -> int:
     """The whole stage; returns the exit code (a failed check raises ``ValidationFailed``)."""
+    started = time.time()       # the run, opened once the report exists, starts here
     cfg = load_section(params, STAGE)
     # hashed before the checks read them: a file changed meanwhile fails the consumers' check
     sha256 = {split: file_sha256(path) for split, path in splits.items() if path.is_file()}
     report = validate_splits(splits, cfg, progress=progress)
     json_path, html_path = write_outputs(report, outputs, sha256)
-    with tracking.start_run(STAGE, tags={tracking.TAG_DATA: tracking.split_digests(sha256)}) as run:
+    with tracking.start_run(STAGE, tags={tracking.TAG_DATA: tracking.split_digests(sha256)},
+                            started_at=started) as run:
         for split, digest in sha256.items():
             run.log_dataset(splits[split], split, digest,
                             tracking.DATASET_CONTEXT.get(split, split))

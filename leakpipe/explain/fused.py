@@ -1,0 +1,107 @@
+"""Explaining a `fused` detector's call: what each part moved it by, and which statistics moved
+the statistics part.
+
+The stacker is linear in its parts' logits (``decision.stacking``), so the split is exact, not
+an approximation: the stacked logit is the stacker's bias plus the CNN's evidence (its weight x
+the logit of the mean of the recording's clip scores) plus the statistics' evidence (its weight
+x the statistics model's logit). The statistics' logit is in turn the bias of their model plus
+each statistic's contribution, given as the logger_stats kind gives them (``explain.stats``).
+The recording is decoded once and scored as `leakpipe predict` scores it
+(``predict_fused.measure_fused``), so the explained score is the predicted one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from matplotlib.figure import Figure
+
+from leakpipe.constants import DECISION_NAMES
+from leakpipe.decision.stacking import sigmoid
+from leakpipe.errors import DataError
+from leakpipe.explain.stats import (
+    SHOWN,
+    StatsExplanation,
+    draw_statistics,
+    room_for_labels,
+    stats_explanation,
+)
+from leakpipe.explain.stats import to_json as stats_json
+from leakpipe.predict_fused import ClipScoring, measure_fused
+from leakpipe.predict_inputs import Unusable
+from leakpipe.stats_detector import FusedDetector
+
+
+@dataclass(frozen=True)
+class FusedExplanation:
+    path: Path
+    score: float                         # the stacked P(LEAK), compared with the threshold
+    leak_prob: float                     # calibrated
+    decision: str
+    bias: float                          # the stacker's
+    parts: dict[str, dict[str, float]]   # part -> probability, logit, weight, evidence
+    statistics: StatsExplanation         # the statistics part, statistic by statistic
+
+
+def explain_fused_recording(path: Path, detector: FusedDetector,
+                            scoring: ClipScoring) -> FusedExplanation:
+    """One recording's explanation; an unusable one is a ``DataError`` (no call to explain)."""
+    try:
+        measured = measure_fused(path, detector, scoring)
+    except Unusable as exc:
+        raise DataError(f"{exc}: no leak call to explain") from None
+    logits = detector.part_logits(measured.cnn_prob, measured.stats[None, :])[0]    # (2,)
+    evidence = detector.stacker.terms(logits)                                       # (2,)
+    score = float(detector.stacker.prob(logits))
+    parts = {name: {"probability": float(sigmoid(z)), "logit": float(z), "weight": float(w),
+                    "evidence": float(e)}
+             for name, z, w, e in zip(detector.stacker.names, logits, detector.stacker.weights,
+                                      evidence, strict=True)}
+    return FusedExplanation(
+        path=Path(path), score=score, leak_prob=detector.leak_prob(score),
+        decision=DECISION_NAMES[int(score >= detector.threshold)],
+        bias=detector.stacker.bias, parts=parts,
+        statistics=stats_explanation(path, measured.stats, detector.logger_stats))
+
+
+def to_json(ex: FusedExplanation, threshold: float) -> dict[str, Any]:
+    """The numbers: the stacked logit is ``stacker_bias`` plus the parts' ``evidence``; the
+    statistics part's logit (before clipping) is ``statistics.logit_bias`` plus its
+    contributions."""
+    stats = stats_json(ex.statistics, threshold)
+    return {"path": str(ex.path), "kind": "fused", "decision": ex.decision,
+            "score": ex.score, "threshold": threshold, "leak_prob": ex.leak_prob,
+            "stacker_bias": ex.bias,
+            "parts": [{"part": name, **values} for name, values in ex.parts.items()],
+            "statistics": {k: stats[k] for k in ("logit_bias", "contributions")}}
+
+
+def fused_figure(ex: FusedExplanation, threshold: float) -> Figure:
+    """Above, each part's evidence (towards LEAK right, red); below, the statistics part's
+    largest contributions."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    rows = min(len(ex.statistics.contributions), SHOWN)
+    fig = Figure(figsize=(8.0, 0.35 * rows + 3.4), layout="constrained")
+    top, bottom = fig.subplots(2, 1, height_ratios=[2, max(rows, 2)])
+    names = list(ex.parts)[::-1]
+    values = [ex.parts[n]["evidence"] for n in names]
+    top.barh(names, values, color=["C3" if v > 0 else "C0" for v in values])
+    for i, name in enumerate(names):
+        top.text(values[i], i, f" P {ex.parts[name]['probability']:.3f} x weight "
+                               f"{ex.parts[name]['weight']:.2f}", va="center", fontsize=7,
+                 ha="left" if values[i] >= 0 else "right")
+    top.axvline(0.0, color="black", linewidth=0.8)
+    room_for_labels(top, values)
+    top.set(xlabel=f"evidence: weight x the part's logit (stacker bias {ex.bias:+.2f})",
+            title=f"{ex.path.name}: {ex.decision} (P(LEAK) {ex.score:.3f}, threshold "
+                  f"{threshold:.3f}); red: towards LEAK")
+    draw_statistics(bottom, ex.statistics)
+    bottom.set_title("the statistics part: contributions to its logit", fontsize=9)
+    return fig
+
+
+__all__ = ["FusedExplanation", "explain_fused_recording", "fused_figure", "to_json"]
