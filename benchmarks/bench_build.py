@@ -137,8 +137,8 @@ def _random_detector(features: object, params: Path, limits: dict[str, float]) -
 
 
 def batch_limits(params: Path) -> dict[str, float]:
-    """What ``leakpipe.predict.scoring_rules`` takes from params for a detector without its own
-    rules (read here, so that a child running an older leakpipe need not parse today's
+    """What ``leakpipe.predict_rules.scoring_rules`` takes from params for a detector without
+    its own rules (read here, so that a child running an older leakpipe need not parse today's
     `evaluate` and `preload` sections)."""
     evaluate, preload = load_section(params, "evaluate"), load_section(params, "preload")
     return {"max_segments": evaluate.max_batch_segments,
@@ -162,9 +162,9 @@ def child(kind: str, path: Path, params: Path, limits: dict[str, float]) -> dict
         clips = len(result.mel)
     else:
         from leakpipe.allocator import retain_freed_memory
-        from leakpipe.predict import predict, prepare
+        from leakpipe.predict import predict  # it loads predict_inputs (a --baseline: prepare)
         from leakpipe.runtime import make_runtime
-
+        prepare = sys.modules.get("leakpipe.predict_inputs", inspect.getmodule(predict)).prepare
         retain_freed_memory()  # as `leakpipe predict` does: freed buffers stay for reuse
         detector = _random_detector(cfg.features, params, limits)
         imports = _rss_mib()
@@ -177,7 +177,7 @@ def child(kind: str, path: Path, params: Path, limits: dict[str, float]) -> dict
                      else [prepare(path, detector, cfg.min_clip_fraction)])    # all at once
             clips = sum(len(part.mel) for part in parts)
         else:
-            from leakpipe.predict import scoring_rules
+            from leakpipe.predict import scoring_rules  # predict_rules' (a --baseline: its own)
 
             out = path.with_suffix(".csv")
             predict([path], detector, out, runtime=make_runtime("cpu", "auto"),
@@ -257,7 +257,7 @@ def rates(cfg: BuildConfig, raw: Path, out: Path) -> dict[str, float]:
 
 
 # where build's time goes: (file name, function) of the profile entries of each part
-PARTS = {"open (header, RIFF)": ("io.py", "open_audio"), "decode": ("io.py", "__iter__"),
+PARTS = {"open (header, RIFF)": ("opening.py", "open_audio"), "decode": ("io.py", "__iter__"),
          "signal checks": ("quality.py", "add"), "high-pass": ("highpass.py", "_filter"),
          "resample": ("resampling.py", "resample"), "log-mel": ("mel.py", "clip_features"),
          "hdf5 write": ("writer.py", "append"), "sha256": ("files.py", "file_sha256"),

@@ -22,7 +22,7 @@ from the recording's band profile and its own Nyquist frequency), without scorin
 Each set: n, shifted count and rate with a 95 % Wilson interval, the reasons' counts, the
 median distance, the median / 95th percentile of each part (shape, level; each over its
 training 99th percentile: where a set sits inside the reference) and the set check (``set``:
-the set's distances against val's by a one-sided rank test, ``decision.domain.set_check``).
+the set's distances against val's by a one-sided rank test, ``decision.domain_set.set_check``).
 ``site_sets``: how often the set check calls a set of whole test sites shifted (1, 3 and 10
 sites drawn at random, 300 draws each): recordings of one site are not independent, which the
 rank test assumes, so this is its false-alarm rate on sets shaped like a survey. ``probes``
@@ -57,19 +57,18 @@ from leakpipe.audio.resampling import resample
 from leakpipe.data.input_norm import normalize_clips
 from leakpipe.data.reader import open_split
 from leakpipe.decision.domain import (
-    SET_ALPHA,
     SHIFTED,
     DomainReference,
     band_profile,
     distances,
     scaled_parts,
-    set_check,
-    wilson_interval,
 )
+from leakpipe.decision.domain_set import SET_ALPHA, set_check
+from leakpipe.decision.metrics import wilson_interval
 from leakpipe.detector import Detector, load_detector, save_detector
 from leakpipe.evaluate.domain_reference import build_reference
 from leakpipe.features.mel import band_centers_hz
-from leakpipe.predict import find_recordings, prepare
+from leakpipe.predict_inputs import find_recordings, prepare
 from leakpipe.predict_rows import domain_fields
 
 REPO = Path(__file__).resolve().parents[1]

@@ -30,7 +30,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from leakpipe.decision.domain import fit_lowrank, lowrank_distance, threshold_rank, wilson_interval
+from leakpipe.decision.domain import threshold_rank
+from leakpipe.decision.lowrank import fit_lowrank, lowrank_distance
+from leakpipe.decision.metrics import wilson_interval
 
 AXES = 4                  # principal axes of the training embeddings (as the shape part)
 SCALE_QUANTILE = 99.0     # training percentile that scales a part to 1 (as the shipped parts)
@@ -100,7 +102,7 @@ def embedding_features(model: torch.nn.Module, mel: np.ndarray) -> np.ndarray:
 
 def lowrank_part(train: np.ndarray, axes: int = AXES):  # noqa: ANN201 (a closure)
     """A distance (R, H) -> (R,) fitted on (R0, H) training rows: the shape part's low-rank
-    Mahalanobis (``decision.domain.fit_lowrank``), its variance floor relative to the largest
+    Mahalanobis (``decision.lowrank.fit_lowrank``), its variance floor relative to the largest
     eigenvalue (embeddings have no dB scale)."""
     model = fit_lowrank(train, axes, MIN_VARIANCE, relative=True)
     return lambda rows: lowrank_distance(model, rows)

@@ -19,7 +19,7 @@ threshold): false-positive rate and sensitivity with 95 % Wilson intervals (reco
 unit, 10 field sites), ROC-AUC, and the domain check's answer: per recording (shifted count,
 its interval, and the median / 95th percentile of the shape and level parts over their
 training 99th percentile) and for the set as a whole (``set``: its distances against val's by
-a one-sided rank test, ``leakpipe.decision.domain.set_check``; ``site_sets``: the same on each
+a one-sided rank test, ``leakpipe.decision.domain_set.set_check``; ``site_sets``: the same on each
 site's 7 recordings alone). Run after `dvc repro` (it
 reads models/detector.pt and data/field/check):
 
@@ -65,10 +65,10 @@ from leakpipe.decision.domain import (  # noqa: E402
     band_profile,
     distances,
     scaled_parts,
-    set_check,
 )
+from leakpipe.decision.domain_set import set_check  # noqa: E402
 from leakpipe.detector import Detector, load_detector  # noqa: E402
-from leakpipe.predict import ScoringRules, batch_budget  # noqa: E402
+from leakpipe.predict_rules import ScoringRules, batch_budget  # noqa: E402
 from leakpipe.runtime import make_runtime  # noqa: E402
 
 MOUNT_STREAM = 4242                   # the mounts' generator: (field.seed, MOUNT_STREAM, site)

@@ -1,9 +1,10 @@
-"""README's recording-level table, rendered from the committed JSON it reports.
+"""The recording-level table of README.md and docs/results/recording-level.md, rendered from the
+committed JSON it reports.
 
 Sources: `metrics/cv.json` (the default benchmark, stage `crossval`) and
 `benchmarks/results/cv_scenarios.json` (the small-network scenario at both seeds,
-``benchmarks/cv_scenarios.py``). The table sits in README.md between the markers below;
-``--write`` replaces it there, and tests/test_readme_tables.py fails when README and the JSON
+``benchmarks/cv_scenarios.py``). The table sits in each doc between the markers below;
+``--write`` replaces it there, and tests/test_readme_tables.py fails when a doc and the JSON
 disagree (a figure is never typed by hand).
 
     python benchmarks/recording_table.py [--write]
@@ -21,6 +22,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
+DOCS = (README, REPO / "docs" / "results" / "recording-level.md")
 CV = REPO / "metrics" / "cv.json"
 SCENARIOS = REPO / "benchmarks" / "results" / "cv_scenarios.json"
 START, END = "<!-- recording-table:start -->", "<!-- recording-table:end -->"
@@ -79,19 +81,22 @@ def current() -> str:
 
 
 def readme_block(text: str) -> str:
+    """The table between the markers of a doc's text."""
     start, end = text.index(START) + len(START), text.index(END)
     return text[start:end].strip("\n")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--write", action="store_true", help="replace the table in README.md")
+    parser.add_argument("--write", action="store_true",
+                        help="replace the table in README.md and docs/results/recording-level.md")
     args = parser.parse_args(argv)
     table = current()
     if args.write:
-        text = README.read_text()
-        start, end = text.index(START) + len(START), text.index(END)
-        README.write_text(text[:start] + "\n" + table + "\n" + text[end:])
+        for doc in DOCS:
+            text = doc.read_text()
+            start, end = text.index(START) + len(START), text.index(END)
+            doc.write_text(text[:start] + "\n" + table + "\n" + text[end:])
     print(table)
     return 0
 

@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def headline(summary: dict) -> dict:
-    """The figures the README quotes."""
+    """The figures docs/results/sim-to-real.md quotes."""
     zero = summary["zero_shot"]["overall"]
     out = {"zero_shot": {k: zero[k] for k in ("roc_auc", "roc_auc_ci", "balanced_accuracy")}}
     if "few_shot" in summary:

@@ -62,7 +62,8 @@ def process_recording(job: RecordingJob, index: int, path: Path) -> RecordingRes
     checks in ``build.quality.reject``, then too short for a clip.
     """
     from leakpipe.audio.clips import AudioError, plan_clips
-    from leakpipe.audio.io import open_audio, read_clips
+    from leakpipe.audio.io import read_clips
+    from leakpipe.audio.opening import open_audio
     from leakpipe.features.mel import clip_features
 
     try:

@@ -1,13 +1,15 @@
-"""Dask distributed as the engine of `build` and `index` beyond one machine (docs/scale-out.md).
+"""Dask distributed as the engine of `build`, `index` and `crossval` beyond one machine
+(docs/scale-out.md).
 
-`leakpipe build` and `leakpipe index` take ``--scheduler ADDRESS`` or, without the flag, the
-``LEAKPIPE_SCHEDULER`` environment variable (so ``LEAKPIPE_SCHEDULER=tcp://head:8786 dvc
-repro`` needs no change to dvc.yaml). The address is deliberately no DVC param: where a stage
-computes must not make it stale, and its outputs are the same bytes either way.
+`leakpipe build`, `leakpipe index` and `leakpipe cv` take ``--scheduler ADDRESS`` or, without
+the flag, the ``LEAKPIPE_SCHEDULER`` environment variable (so ``LEAKPIPE_SCHEDULER=tcp://head:8786
+dvc repro`` needs no change to dvc.yaml). The address is deliberately no DVC param: where a
+stage computes must not make it stale, and its outputs are the same either way.
 
-Only this module imports dask / distributed, and only in ``connect``: without a scheduler
-neither is loaded (tests/test_cluster.py checks), so the local pool, the default, costs no
-import and dask is needed only where it is used.
+Only this module imports dask / distributed, and only in ``connect``, the session it yields
+and the tasks on the workers: without a scheduler neither is loaded (tests/test_cluster.py
+checks), so the local path, the default, costs no import and dask is needed only where it is
+used.
 
 What it adds to Dask, which already reschedules the tasks of a worker it lost:
 - the code check: every worker must run the client's leakpipe (``package_digest``); one that
@@ -18,7 +20,10 @@ What it adds to Dask, which already reschedules the tasks of a worker it lost:
   (``_prepared`` says why);
 - ``Session.map``: an ordered, bounded map over futures (results come back in input order,
   ``AHEAD`` tasks per worker thread in flight), with a task that killed its worker every time
-  (``KilledWorker``) retried item by item, alone, and only then given up as ``on_killed``.
+  (``KilledWorker``) retried item by item, alone, and only then given up as ``on_killed``;
+- ``Session.submit`` / ``completed`` / ``result``: single tasks (crossval's, a few dozen, each
+  minutes long), optionally needing a worker resource (``GPU``), taken as they finish, a task
+  that killed its worker every time raised as one line.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import logging
 import os
 import sys
 import time
+import uuid
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -114,7 +120,8 @@ def pin_threads() -> None:
         torch.set_num_threads(1)
 
 
-def _worker_name() -> str:
+def worker_name() -> str:
+    """The Dask worker this runs in (its address), or the process outside one."""
     from distributed import get_worker  # only reached on a worker, where it is loaded
 
     try:
@@ -128,7 +135,7 @@ def _checked(fn: Callable[[list[T]], list[R]], items: list[T], digest: str,
     """The task every worker runs: refuse other code, set up once, then ``fn(items)``."""
     mine = _prepared()
     if mine != digest:
-        raise CodeMismatch(f"Dask worker {_worker_name()} runs other leakpipe code (digest "
+        raise CodeMismatch(f"Dask worker {worker_name()} runs other leakpipe code (digest "
                            f"{mine[:12]}, the client's {digest[:12]}): install the client's "
                            "commit there")
     if setup is not None:
@@ -220,6 +227,46 @@ class Session:
             future.release()
             yield from results
 
+    def submit(self, fn: Callable[[list[Any]], list[R]], items: list[Any], *, name: str,
+               resources: Mapping[str, float] | None = None) -> Any:
+        """One task, ``fn(items)`` on a worker of this code; a future of its list.
+
+        ``fn`` travels by name (a module-level function); futures among ``items`` are the
+        task's inputs (Dask runs it once they are done, with their results in their place);
+        ``resources`` are what its worker must offer (``dask worker --resources GPU=1``);
+        ``name`` shows in the dashboard.
+        """
+        return self._submit(fn, items, None, resources, name)
+
+    def completed(self, futures: Sequence[Any]) -> Iterator[Any]:
+        """``futures`` in the order they finish (however they end)."""
+        from distributed import as_completed
+
+        yield from as_completed(futures, loop=self.client.loop)
+
+    def result(self, future: Any, what: str) -> Any:
+        """The future's result; its task's exception if it raised one. A task that killed its
+        worker each time it ran (``KilledWorker``) is a ``ClusterError`` naming ``what``."""
+        from distributed import KilledWorker
+
+        try:
+            return future.result()
+        except KilledWorker as exc:
+            raise ClusterError(f"{what} killed its Dask worker each of "
+                               f"{exc.allowed_failures + 1} times it ran (out of memory?)"
+                               ) from None
+
+    def wait_for_resource(self, resource: str, why: str) -> None:
+        """Wait (up to ``WORKER_WAIT_S``) until a worker offers ``resource``."""
+        deadline = time.monotonic() + WORKER_WAIT_S
+        while not any(info.get("resources", {}).get(resource)
+                      for info in self.client.scheduler_info()["workers"].values()):
+            if time.monotonic() > deadline:
+                raise ClusterError(f"no Dask worker of {self.settings.address} offers the "
+                                   f"{resource} resource within {WORKER_WAIT_S} s ({why}; "
+                                   f"start them with: dask worker ... --resources {resource}=1)")
+            time.sleep(REFRESH_S)
+
     def workers_lost(self) -> int:
         """Workers that left the scheduler (died, killed, shut down) since this session
         began: their tasks ran again elsewhere."""
@@ -228,8 +275,12 @@ class Session:
                    and event.get("action") == "remove-worker")
 
     def _submit(self, fn: Callable[[list[T]], list[R]], chunk: list[T],
-                setup: Callable[[], None] | None) -> Any:
-        return self.client.submit(_checked, fn, chunk, self.digest, setup, pure=False)
+                setup: Callable[[], None] | None,
+                resources: Mapping[str, float] | None = None, name: str | None = None) -> Any:
+        extra: dict[str, Any] = {"resources": resources} if resources else {}
+        if name:
+            extra["key"] = f"{name}-{uuid.uuid4().hex}"
+        return self.client.submit(_checked, fn, chunk, self.digest, setup, pure=False, **extra)
 
     def _alone(self, fn: Callable[[list[T]], list[R]], chunk: list[T],
                setup: Callable[[], None] | None, on_killed: Callable[[T, str], R],

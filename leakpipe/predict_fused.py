@@ -6,24 +6,32 @@ build's signal checks and to the statistics part's accumulator (at the recording
 build measured the training ones), and the clips cut from the same blocks (resampled to the
 CNN's rate, evenly spaced from start to end as predict places them) become the CNN's features,
 scored a batch's worth at a time through predict's scoring path (``ClipScoring``, which
-``leakpipe.predict`` makes). The CNN part's recording probability is the mean of its clips'
-rule scores, the statistics part's the net's probability; the stacker weighs the two
-(``stats_detector.FusedDetector``). The served detector (``leakpipe.serve.fused``) measures an
-in-memory waveform through the same ``measure_fused``.
+``leakpipe.predict_scoring.clip_scoring`` makes). The CNN part's recording probability is the
+mean of its clips' rule scores, the statistics part's the net's probability; the stacker weighs
+the two (``stats_detector.FusedDetector``). The served detector (``leakpipe.serve.fused``)
+measures an in-memory waveform through the same ``measure_fused``.
 
 A recording whose signal fails a refused check (a dead channel always, and every check of
 ``quality.reject``) is ``unusable``, never ``NOLEAK``; one that cannot be read or is shorter
 than the CNN's shortest usable recording gets an ``error`` row. The rows have the logger_stats
 kind's columns (``predict_stats.COLUMNS``) and go through its loop (``--resume``, the detector
-recorded beside the CSV): ``score`` is the stacked probability, ``leak_prob`` its calibration
-and ``threshold`` the operating point on that scale, ``top_statistic`` the statistic that moved
-the statistics part most (``leakpipe explain`` gives both parts' evidence and every statistic).
+recorded beside the CSV): ``raw_score`` is the stacked probability (the call is taken on it),
+``leak_prob`` its calibration and ``threshold`` the operating point on that scale,
+``top_statistic`` the statistic that moved the statistics part most (``leakpipe explain`` gives
+both parts' evidence and every statistic). The domain check is both parts' (``fused_domain``):
+``shifted`` when the statistics part's check (``decision.stats_domain``) or the CNN part's (its
+clips' band profile against evaluate's reference, ``decision.domain``; a part without a
+reference says nothing) is, ``domain_reason`` naming the part (``logger_stats band: ...``,
+``cnn shape: ...``), ``domain_distance`` the larger of the two distances each over its own limit
+(the statistics' 1, the CNN's val threshold): above 1 a part is past its limit. A shifted
+recording's verdict is UNCERTAIN (``decision.verdict``).
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,25 +39,26 @@ from typing import Any
 import numpy as np
 
 from leakpipe.audio.clips import AudioError
-from leakpipe.audio.io import AudioSource, open_audio
-from leakpipe.constants import DECISION_NAMES
-from leakpipe.decision.domain import band_profile
+from leakpipe.audio.opening import AudioSource, open_audio
+from leakpipe.decision.domain import (
+    IN,
+    SHIFTED,
+    UNKNOWN,
+    DomainCheck,
+    assess,
+    band_profile,
+)
+from leakpipe.decision.stats_domain import assess_stats
+from leakpipe.decision.verdict import DECIMALS, call_fields, with_verdict
+from leakpipe.features.mel import band_centers_hz
 from leakpipe.features.recording_stats import StatsAccumulator
 from leakpipe.files import os_problem
 from leakpipe.predict_inputs import Unusable, prepare, unread_format
-from leakpipe.predict_rows import DECIMALS, STATUS_ERROR, STATUS_UNUSABLE
-from leakpipe.predict_stats import blank_row, run_predict_stats, top_statistic
+from leakpipe.predict_rows import STATUS_ERROR, STATUS_UNUSABLE
+from leakpipe.predict_scoring import ClipScoring
+from leakpipe.predict_stats import RAW_DECIMALS, blank_row, run_predict_stats, top_statistic
 from leakpipe.predict_target import DetectorStamp
 from leakpipe.stats_detector import FusedDetector
-
-
-@dataclass(frozen=True)
-class ClipScoring:
-    """How predict scores a CNN detector's clips."""
-
-    score: Callable[[np.ndarray], np.ndarray]   # (clips, L, S, M, T) -> (clips, L, S) probs
-    max_clips: int                              # clips per call: about one batch
-    min_fraction: float                         # shortest usable recording, share of a clip
 
 
 @dataclass(frozen=True)
@@ -89,21 +98,51 @@ def score_fused_file(path: Path, detector: FusedDetector, scoring: ClipScoring) 
     """One recording's row (``predict_stats.COLUMNS``)."""
     row = blank_row(path, detector)
     if reason := unread_format(path):
-        return {**row, "status": STATUS_UNUSABLE, "notes": reason}
+        return with_verdict({**row, "status": STATUS_UNUSABLE, "notes": reason})
     try:
         measured = measure_fused(path, detector, scoring)
     except Unusable as exc:
-        return {**row, "status": STATUS_UNUSABLE, "notes": str(exc)}
+        return with_verdict({**row, "status": STATUS_UNUSABLE, "notes": str(exc)})
     except AudioError as exc:
-        return {**row, "status": STATUS_ERROR, "notes": str(exc)}
+        return with_verdict({**row, "status": STATUS_ERROR, "notes": str(exc)})
     except OSError as exc:
-        return {**row, "status": STATUS_ERROR, "notes": f"{path}: {os_problem(path, exc)}"}
+        return with_verdict({**row, "status": STATUS_ERROR,
+                             "notes": f"{path}: {os_problem(path, exc)}"})
     score = float(detector.probability(measured.cnn_prob, measured.stats[None, :])[0])
-    return {**row, "sample_rate": measured.rate, "duration_s": round(measured.seconds, 3),
-            "score": round(score, 6), "leak_prob": round(detector.leak_prob(score), DECIMALS),
-            "decision": DECISION_NAMES[int(score >= detector.threshold)],
-            "top_statistic": top_statistic(detector.logger_stats.contributions(measured.stats)),
-            "notes": measured.notes}
+    return with_verdict({
+        **row, "sample_rate": measured.rate, "duration_s": round(measured.seconds, 3),
+        "raw_score": round(score, RAW_DECIMALS),
+        **call_fields(score, detector.threshold, detector.leak_prob(score),
+                      detector.prob_threshold),
+        "top_statistic": top_statistic(detector.logger_stats.contributions(measured.stats)),
+        **fused_domain(detector, measured), "notes": measured.notes})
+
+
+def fused_domain(detector: FusedDetector, measured: FusedMeasured) -> dict[str, Any]:
+    """``domain``, ``domain_distance`` and ``domain_reason`` of both parts' checks."""
+    net, f = detector.logger_stats.net, detector.cnn.features
+    used = np.asarray(measured.stats, np.float64)[detector.logger_stats.columns]
+    checks = {"cnn": assess(detector.cnn.domain, measured.profile,
+                            band_centers_hz(f.n_mels, f.fmin, f.fmax), measured.rate / 2),
+              detector.logger_stats.kind: assess_stats(net.mean.numpy(), net.scale.numpy(),
+                                                       net.names, used)}
+    limits = {"cnn": detector.cnn.domain.threshold if detector.cnn.domain else math.nan,
+              detector.logger_stats.kind: 1.0}
+    return combined_domain(checks, limits)
+
+
+def combined_domain(checks: dict[str, DomainCheck],
+                    limits: dict[str, float]) -> dict[str, Any]:
+    """Parts' checks -> one answer: ``shifted`` when a part's is, ``in`` when every part that
+    knows says so, ``unknown`` when none knows; the distance is the largest of the parts'
+    distances over their limits (None when none has one)."""
+    known = {part: c for part, c in checks.items() if c.domain != UNKNOWN}
+    shifted = [f"{part} {c.reason}" for part, c in known.items() if c.domain == SHIFTED]
+    scaled = [c.distance / limits[part] for part, c in known.items()
+              if math.isfinite(c.distance) and limits[part] > 0]
+    domain = SHIFTED if shifted else IN if known else UNKNOWN
+    return {"domain": domain, "domain_reason": "; ".join(shifted),
+            "domain_distance": round(max(scaled), DECIMALS) if scaled else None}
 
 
 def run_predict_fused(paths: Sequence[Path], detector: FusedDetector, out: Path, *,
@@ -116,5 +155,5 @@ def run_predict_fused(paths: Sequence[Path], detector: FusedDetector, out: Path,
                                                      scoring=scoring))
 
 
-__all__ = ["ClipScoring", "FusedMeasured", "measure_fused", "run_predict_fused",
-           "score_fused_file"]
+__all__ = ["ClipScoring", "FusedMeasured", "combined_domain", "fused_domain", "measure_fused",
+           "run_predict_fused", "score_fused_file"]

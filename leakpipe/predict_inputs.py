@@ -24,7 +24,8 @@ from pathlib import Path
 import numpy as np
 
 from leakpipe.audio.clips import AudioError, plan_clips
-from leakpipe.audio.io import AudioSource, open_audio, stream_clips
+from leakpipe.audio.io import stream_clips
+from leakpipe.audio.opening import AudioSource, open_audio
 from leakpipe.audio.quality import DEAD, SignalStats, find_issues, truncation
 from leakpipe.audio.resampling import resampled_length
 from leakpipe.config import QualityConfig

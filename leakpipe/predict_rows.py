@@ -1,10 +1,14 @@
 """The rows of `leakpipe predict` (its CSV) and of the served detector: one per recording.
 
-A scored recording's row holds the leak probability (the rule's score through the detector's
-calibration, ``leakpipe.decision.calibration``), the decision (taken on the score itself), the
-operating point on the same probability scale (``threshold``), the share of long segments at or
-above it, the long-segment timeline (the network's probabilities, uncalibrated: the calibration
-maps a recording's rule score, not single segments) and how much of the model's band
+A scored recording's row holds the verdict a person reads (``verdict``: LEAK, NOLEAK, UNCERTAIN
+for a recording the domain check calls shifted, UNUSABLE without a call;
+``leakpipe.decision.verdict``), the leak probability (the rule's score through the detector's
+calibration, ``leakpipe.decision.calibration``), the model's call (``decision``, taken on the raw
+score), the operating point on the same probability scale (``threshold``; both shown at
+``DECIMALS`` digits such that ``leak_prob >= threshold`` is the call), the share of long
+segments at or above the raw operating point, the long-segment timeline (the network's
+probabilities, uncalibrated: the calibration maps a recording's rule score, not single
+segments) and how much of the model's band
 the recording covers: ``band_hz`` is its own Nyquist frequency (sample_rate / 2) and
 ``band_limited`` is true when that lies below the model's ``fmax``, i.e. when the mel bands
 above ``band_hz`` see only the resampler's empty band rather than the pipe (a 4096 Hz logger
@@ -14,7 +18,9 @@ check (``leakpipe.decision.domain``): ``domain`` is ``in`` when the recording's 
 distance ``domain_distance`` exceeds the threshold set on val (about 1 % of val recordings do),
 with the main reason in ``domain_reason`` (``band``, ``level`` or ``shape`` and a few words),
 and ``unknown`` under a detector written before detectors held the reference. A shifted
-recording keeps its decision; the column says how far to trust it. A recording that cannot be
+recording keeps its ``decision`` and ``leak_prob`` (the model's answer under its training
+distribution, not a calibrated probability there); its ``verdict`` is UNCERTAIN and its
+``notes`` say why and what to do. A recording that cannot be
 read gets an ``error`` row, one whose signal cannot carry a decision (dead, or a check in
 `build.quality.reject`) or whose format leakpipe does not read an ``unusable`` row: its reason
 in ``notes``, no figures and no decision (never NOLEAK). A check that only flags a recording
@@ -42,8 +48,9 @@ from typing import Any
 
 import numpy as np
 
-from leakpipe.constants import DECISION_NAMES
-from leakpipe.decision.domain import SetCheck, assess
+from leakpipe.decision.domain import assess
+from leakpipe.decision.domain_set import SetCheck
+from leakpipe.decision.verdict import DECIMALS, call_fields, finite_or_blank, with_verdict
 from leakpipe.decision.voting import file_scores, long_segment_probs
 from leakpipe.detector import Detector
 from leakpipe.errors import DataError
@@ -56,14 +63,13 @@ __all__ = ["COLUMNS", "CSV_COLUMNS", "DECIMALS", "STATUS_ERROR", "STATUS_OK",
            "error_row", "result_row", "start_outputs", "timeline_path", "timeline_rows"]
 
 TIMELINE = ("long_starts_s", "long_clips", "long_probs")   # lists in the row, time order
-COLUMNS = ("path", "status", "leak_prob", "decision", "threshold", "rule", "prob_mode",
+COLUMNS = ("path", "status", "verdict", "leak_prob", "decision", "threshold", "rule", "prob_mode",
            "vote_fraction", "frac_long_over", "n_long", "duration_s", "band_hz", "band_limited",
            "domain", "domain_distance", "domain_reason", *TIMELINE, "notes")
 CSV_COLUMNS = tuple(c for c in COLUMNS if c not in TIMELINE)   # predict's CSV: one per recording
 TIMELINE_COLUMNS = ("path", "clip", "start_s", "long_prob")    # its timeline CSV: one per segment
 STATUS_OK, STATUS_ERROR = "ok", "error"
 STATUS_UNUSABLE = "unusable"   # read, but no decision on it: a refused signal check or format
-DECIMALS = 4               # probabilities and times in the CSV
 
 
 @dataclass(frozen=True)
@@ -106,15 +112,16 @@ def result_row(prep: Prepared, starts_s: np.ndarray, seg_probs: np.ndarray,
     starts = np.round(starts_s[:, None] + offsets[None, :], DECIMALS).reshape(-1)  # (clips * L,)
     clips = np.repeat(np.arange(seg_probs.shape[0]), seg_probs.shape[1])  # (clips * L,)
     order = np.argsort(starts, kind="stable")       # time order; one instant: lower clip first
-    return {**_rule_fields(detector), "path": str(prep.path), "status": STATUS_OK,
-            "leak_prob": round(detector.leak_prob(score), DECIMALS),   # calibrated on val
-            "decision": DECISION_NAMES[int(score >= detector.threshold)],
+    return with_verdict({
+            **_rule_fields(detector), "path": str(prep.path), "status": STATUS_OK,
+            **call_fields(score, detector.threshold, detector.leak_prob(score),
+                          detector.prob_threshold),
             "frac_long_over": round(float((long_probs >= detector.threshold).mean()), DECIMALS),
             "n_long": len(long_probs), "duration_s": round(prep.duration_s, DECIMALS),
             "band_hz": float(prep.band_hz), "band_limited": bool(prep.band_hz < f.fmax),
             **domain_fields(detector, profile, prep.band_hz),
             "long_starts_s": starts[order].tolist(), "long_clips": clips[order].tolist(),
-            "long_probs": np.round(long_probs[order], DECIMALS).tolist(), "notes": prep.notes}
+            "long_probs": np.round(long_probs[order], DECIMALS).tolist(), "notes": prep.notes})
 
 
 def domain_fields(detector: Detector, profile: np.ndarray, band_hz: float) -> dict[str, Any]:
@@ -122,14 +129,14 @@ def domain_fields(detector: Detector, profile: np.ndarray, band_hz: float) -> di
     with the (M,) band ``profile`` and its own Nyquist frequency ``band_hz``."""
     f = detector.features
     check = assess(detector.domain, profile, band_centers_hz(f.n_mels, f.fmin, f.fmax), band_hz)
-    distance = round(check.distance, DECIMALS) if np.isfinite(check.distance) else ""
-    return {"domain": check.domain, "domain_distance": distance, "domain_reason": check.reason}
+    return {"domain": check.domain, "domain_distance": finite_or_blank(check.distance),
+            "domain_reason": check.reason}
 
 
 def error_row(failed: Failed, detector: Detector) -> dict[str, Any]:
     empty = {name: [] if name in TIMELINE else "" for name in COLUMNS}
-    return {**empty, **_rule_fields(detector), "path": str(failed.path),
-            "status": failed.status, "notes": failed.reason}
+    return with_verdict({**empty, **_rule_fields(detector), "path": str(failed.path),
+                         "status": failed.status, "notes": failed.reason})
 
 
 def timeline_rows(row: dict[str, Any]) -> list[dict[str, Any]]:
@@ -141,7 +148,7 @@ def timeline_rows(row: dict[str, Any]) -> list[dict[str, Any]]:
 
 def _rule_fields(detector: Detector) -> dict[str, Any]:
     voting = detector.voting
-    return {"threshold": detector.prob_threshold, "rule": voting.rule,
+    return {"threshold": round(detector.prob_threshold, DECIMALS), "rule": voting.rule,
             "prob_mode": voting.prob_mode, "vote_fraction": voting.vote_fraction}
 
 

@@ -7,8 +7,13 @@ at its own rate; ``leakpipe.stats_detector.measure``): the statistics, then buil
 checks. A check of ``quality.reject`` (a dead logger above all) makes the row ``unusable`` with
 its reason, never ``NOLEAK``; other failed checks go to ``notes``. The row's ``leak_prob`` is the
 calibrated probability and ``threshold`` the operating point on that same scale (one decision
-scale in every column), ``score`` the model's raw probability; ``top_statistic`` names the
-statistic that moved the score most (``leakpipe explain`` gives them all).
+scale in every column: ``decision``, the model's call, is LEAK exactly when the shown
+``leak_prob`` reaches the shown ``threshold``), ``raw_score`` the model's raw probability (the
+scale the call is taken on); ``top_statistic`` names the statistic that moved the score most
+(``leakpipe explain`` gives them all). ``domain``, ``domain_distance`` and ``domain_reason`` are
+the statistics' domain check (``decision.stats_domain``, as the served detector answers it), and
+``verdict`` what a person reads (``decision.verdict``: UNCERTAIN for a shifted recording, whose
+notes then say why and what to do; UNUSABLE without a call).
 
 The output contract is predict's (``predict_target``): the recordings and ``--out`` checked
 first, the detector recorded beside the CSV, ``--resume`` continuing only a CSV of the same
@@ -22,15 +27,26 @@ import functools
 import logging
 import os
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+import numpy as np
 from tqdm import tqdm
 
 from leakpipe.audio.clips import AudioError
-from leakpipe.audio.io import open_audio
-from leakpipe.constants import DECISION_NAMES
+from leakpipe.audio.opening import open_audio
+from leakpipe.decision.stats_domain import assess_stats
+from leakpipe.decision.verdict import (
+    LEAK,
+    UNCERTAIN,
+    call_fields,
+    counts_text,
+    finite_or_blank,
+    verdict_counts,
+    with_verdict,
+)
 from leakpipe.errors import DataError
 from leakpipe.files import file_sha256, os_problem, write_csv_atomic
 from leakpipe.predict_inputs import PREDICT_SUFFIXES, find_recordings, unread_format
@@ -40,8 +56,11 @@ from leakpipe.stats_detector import StatsDetector, measure
 
 log = logging.getLogger(__name__)
 
-COLUMNS = ("path", "status", "leak_prob", "decision", "threshold", "score", "kind",
-           "sample_rate", "duration_s", "top_statistic", "notes")
+RAW_DECIMALS = 6           # of the raw score: a machine's figure, the call is taken on it
+
+COLUMNS = ("path", "status", "verdict", "leak_prob", "decision", "threshold", "raw_score",
+           "kind", "sample_rate", "duration_s", "top_statistic", "domain", "domain_distance",
+           "domain_reason", "notes")
 
 
 class RecordingDetector(Protocol):
@@ -54,15 +73,24 @@ class RecordingDetector(Protocol):
 
 
 def stamp_of(model: str, file: Path, detector: RecordingDetector) -> DetectorStamp:
-    return DetectorStamp(file_sha256(file), model, detector.kind, detector.prob_threshold)
+    return DetectorStamp(file_sha256(file), model, detector.kind,
+                         round(detector.prob_threshold, DECIMALS))
 
 
 def blank_row(path: Path, detector: RecordingDetector) -> dict[str, Any]:
     """A recording's row before it is measured: ``ok``, no figures."""
-    return {"path": str(path), "kind": detector.kind,
-            "threshold": round(detector.prob_threshold, DECIMALS), "status": STATUS_OK,
-            "leak_prob": "", "decision": "", "score": "", "sample_rate": "", "duration_s": "",
-            "top_statistic": "", "notes": ""}
+    return {**dict.fromkeys(COLUMNS, ""), "path": str(path), "kind": detector.kind,
+            "threshold": round(detector.prob_threshold, DECIMALS), "status": STATUS_OK}
+
+
+def stats_domain_fields(detector: StatsDetector, stats: np.ndarray) -> dict[str, Any]:
+    """``domain``, ``domain_distance`` (blank: none) and ``domain_reason`` of a recording's
+    (S_all,) statistics under a logger_stats detector's train means and scales."""
+    net = detector.net
+    used = np.asarray(stats, dtype=np.float64)[detector.columns]                   # (S,)
+    check = assess_stats(net.mean.numpy(), net.scale.numpy(), net.names, used)
+    return {"domain": check.domain, "domain_distance": finite_or_blank(check.distance),
+            "domain_reason": check.reason}
 
 
 def top_statistic(moved: dict[str, float]) -> str:
@@ -75,23 +103,25 @@ def score_file(path: Path, detector: StatsDetector) -> dict[str, Any]:
     """One recording's row."""
     row = blank_row(path, detector)
     if reason := unread_format(path):
-        return {**row, "status": STATUS_UNUSABLE, "notes": reason}
+        return with_verdict({**row, "status": STATUS_UNUSABLE, "notes": reason})
     try:
         measured = measure(open_audio(path), detector)
     except AudioError as exc:
-        return {**row, "status": STATUS_ERROR, "notes": str(exc)}
+        return with_verdict({**row, "status": STATUS_ERROR, "notes": str(exc)})
     except OSError as exc:
-        return {**row, "status": STATUS_ERROR, "notes": f"{path}: {os_problem(path, exc)}"}
+        return with_verdict({**row, "status": STATUS_ERROR,
+                             "notes": f"{path}: {os_problem(path, exc)}"})
     row.update(sample_rate=measured.rate, duration_s=round(measured.seconds, 3))
     if measured.stats is None:
-        return {**row, "status": STATUS_UNUSABLE,
-                "notes": "; ".join(measured.problems) + " (build.quality.reject: no decision)"}
+        return with_verdict({**row, "status": STATUS_UNUSABLE, "notes": "; ".join(
+            measured.problems) + " (build.quality.reject: no decision)"})
     score = float(detector.probability(measured.stats[None, :])[0])
-    return {**row, "score": round(score, 6),
-            "leak_prob": round(detector.leak_prob(score), DECIMALS),
-            "decision": DECISION_NAMES[int(score >= detector.threshold)],
-            "top_statistic": top_statistic(detector.contributions(measured.stats)),
-            "notes": "; ".join(measured.flags)}
+    return with_verdict({
+        **row, "raw_score": round(score, RAW_DECIMALS),
+        **call_fields(score, detector.threshold, detector.leak_prob(score),
+                      detector.prob_threshold),
+        "top_statistic": top_statistic(detector.contributions(measured.stats)),
+        **stats_domain_fields(detector, measured.stats), "notes": "; ".join(measured.flags)})
 
 
 def _kept_rows(out: Path) -> list[dict[str, str]]:
@@ -125,7 +155,8 @@ def run_predict_stats(paths: Sequence[Path], detector: RecordingDetector, out: P
         write_csv_atomic(out, kept, columns=COLUMNS)
     except OSError as exc:
         raise DataError(f"--out {out}: cannot be written ({os_problem(out, exc)})") from None
-    counts = {"written": 0, "leaks": 0, "unusable": 0, "errors": 0, "kept": len(kept)}
+    counts = {"written": 0, "unusable": 0, "errors": 0, "kept": len(kept)}
+    verdicts: Counter[str] = Counter()
     with Path(out).open("a", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=COLUMNS, lineterminator="\n")
         for path in tqdm(todo, desc="predict", unit="rec", disable=not progress):
@@ -133,15 +164,15 @@ def run_predict_stats(paths: Sequence[Path], detector: RecordingDetector, out: P
             writer.writerow(row)
             handle.flush()
             counts["written"] += 1
-            counts["leaks"] += row["decision"] == DECISION_NAMES[1]
+            verdicts += verdict_counts([row])
             counts["unusable"] += row["status"] == STATUS_UNUSABLE
             counts["errors"] += row["status"] == STATUS_ERROR
-    print(f"predict: {counts['written']} recordings ({counts['leaks']} LEAK, "
+    print(f"predict: {counts['written']} recordings ({counts_text(verdicts)}, "
           f"{counts['unusable']} unusable, {counts['errors']} unreadable, {counts['kept']} kept "
           f"from before) in {time.perf_counter() - start:.1f} s -> {out} ({detector.kind} "
-          f"detector: leak_prob threshold {detector.prob_threshold:.4f})")
-    return counts
+          f"detector: leak_prob threshold {round(detector.prob_threshold, DECIMALS):.4f})")
+    return {**counts, "leaks": verdicts[LEAK], "uncertain": verdicts[UNCERTAIN]}
 
 
-__all__ = ["COLUMNS", "RecordingDetector", "blank_row", "run_predict_stats", "score_file",
-           "stamp_of", "top_statistic"]
+__all__ = ["COLUMNS", "RAW_DECIMALS", "RecordingDetector", "blank_row", "run_predict_stats",
+           "score_file", "stamp_of", "stats_domain_fields", "top_statistic"]

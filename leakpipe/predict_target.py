@@ -7,7 +7,8 @@ detector whose rows a CSV holds.
   either it is refused. A folder, or a place that cannot be written (``--explain`` too), is one
   line before anything is loaded or scored, not a traceback after.
 - ``<stem>_detector.json`` beside the CSV names the detector whose rows the CSV holds (its
-  file's SHA-256, the model as named, the rule and threshold), written before the CSV.
+  file's SHA-256, the model as named, the rule and the threshold on the CSV's ``leak_prob``
+  scale, as its ``threshold`` column shows it), written before the CSV.
   ``--resume`` refuses a CSV of another detector, or one without the record, with one line
   naming both: two detectors' decisions (two thresholds) in one file could not be told apart
   afterwards. A file beside the CSV rather than a column (the same 64 characters on every row)
@@ -26,7 +27,7 @@ from pathlib import Path
 from leakpipe.detector import Detector
 from leakpipe.errors import DataError
 from leakpipe.files import file_sha256, json_text, os_problem, write_text_atomic
-from leakpipe.predict_rows import domain_path, timeline_path
+from leakpipe.predict_rows import DECIMALS, domain_path, timeline_path
 
 STAMP_FORMAT = "leakpipe.predict_detector"
 SHORT_SHA = 12   # hex digits of a SHA-256 shown in messages
@@ -39,11 +40,12 @@ class DetectorStamp:
     sha256: str        # of the detector file
     model: str         # as named on the command line: a path or an MLflow URI
     rule: str
-    threshold: float
+    threshold: float   # on the leak_prob scale, as the CSV's threshold column
 
     @classmethod
     def of(cls, model: str, file: Path, detector: Detector) -> DetectorStamp:
-        return cls(file_sha256(file), model, detector.voting.rule, float(detector.threshold))
+        return cls(file_sha256(file), model, detector.voting.rule,
+                   round(detector.prob_threshold, DECIMALS))
 
     def named(self) -> str:
         return f"{self.model} (sha256 {self.sha256[:SHORT_SHA]})"

@@ -15,6 +15,15 @@ REPO = Path(__file__).resolve().parents[1]
 PARAMS = REPO / "params.yaml"
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Keep the order below under ``--dist loadfile``: pytest-xdist otherwise re-sorts the
+    modules by their number of tests (its ``--loadscope-reorder`` default), which would start
+    a module of one long test (test_ddp, test_faults) or test_pipeline late, leaving a worker
+    alone at the end."""
+    if getattr(config.option, "loadscopereorder", None):
+        config.option.loadscopereorder = False
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The slow end-to-end tests first, in their modules' order, the rest after them.
 
@@ -47,8 +56,11 @@ def tiny_features(tiny_build_cfg: BuildConfig) -> FeatureConfig:
 
 @pytest.fixture
 def mlflow_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
-    """A real MLflow SQLite store private to the test."""
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    """A real MLflow SQLite store private to the test: a copy of an empty, migrated store
+    made once per test process (a new store runs MLflow's schema migrations, seconds each)."""
+    from tests.helpers_detector import copied_store
+
+    uri = copied_store(tmp_path)                    # tmp_path / "mlflow.db"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     return uri
 

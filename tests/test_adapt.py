@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 
+from leakpipe.adapt.guard import rejection
 from leakpipe.adapt.pseudo import (
     LEAK,
     NOT_LEAK,
@@ -20,7 +21,6 @@ from leakpipe.adapt.pseudo import (
     select_segments,
 )
 from leakpipe.adapt.report import metrics_document, round_metrics, round_row
-from leakpipe.adapt.rounds import rejection
 from leakpipe.config import AdaptConfig, from_mapping
 from leakpipe.errors import ConfigError
 

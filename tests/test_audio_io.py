@@ -11,7 +11,8 @@ import pytest
 import soundfile as sf
 
 from leakpipe.audio.clips import AudioError, make_clips
-from leakpipe.audio.io import load_clips, open_audio, read_audio
+from leakpipe.audio.io import load_clips, read_audio
+from leakpipe.audio.opening import open_audio
 from leakpipe.audio.quality import TRUNCATED, truncation
 from leakpipe.audio.resampling import resample
 from leakpipe.config import FeatureConfig

@@ -14,9 +14,11 @@ import torch
 import yaml
 
 from leakpipe.audio.clips import plan_clips
-from leakpipe.audio.io import read_clips, waveform_source
+from leakpipe.audio.io import read_clips
+from leakpipe.audio.opening import waveform_source
 from leakpipe.config import AugmentConfig, ConfigError, load_section
-from leakpipe.data.augment import BandLimit, TrainTransform, band_octaves
+from leakpipe.data.augment import TrainTransform, band_octaves
+from leakpipe.data.band_limiting import BandLimit
 from leakpipe.data.empty_band import empty_bands
 from leakpipe.data.input_norm import clip_offsets, normalize_clips
 from leakpipe.features.mel import band_centers_hz, clip_features

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import shutil
+from contextlib import contextmanager
 from pathlib import Path
 
 import h5py
@@ -208,16 +210,32 @@ def _eval_json(path: Path, files: int, f1: float = 0.95) -> None:
         "file_roc_auc": 0.99, "file_roc_auc_ci_low": 0.9, "file_roc_auc_ci_high": 1.0}}))
 
 
+@pytest.fixture(scope="module")
+def validated_project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The three splits, their passed validation stamp (the real `validate`: seconds), a CNN
+    eval.json and params.yaml, made once for the module; each test works on a copy."""
+    root = tmp_path_factory.mktemp("baselines-project")
+    with pytest.MonkeyPatch.context() as mp, contextmanager(restore_logging)():
+        mp.setenv("DVC_ROOT", str(root))
+        mp.setenv("MLFLOW_TRACKING_URI", copied_store(root / "mlruns"))
+        mp.chdir(root)
+        _splits(root / "data" / "processed", tilt_db=8.0)
+        validate_into(root / "data" / "processed", root / "reports", PARAMS)
+    _eval_json(root / "metrics" / "eval.json", files=80)
+    _params(root)
+    return root
+
+
 @pytest.fixture
-def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A repo-like folder: the three splits, a passed validation stamp, a CNN eval.json."""
+def project(validated_project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A repo-like folder: a copy of the module's validated project (the stamp holds the
+    splits' sha256, which a copy keeps) with an MLflow store of its own, as the working
+    directory and DVC root."""
+    shutil.copytree(validated_project, tmp_path, dirs_exist_ok=True,
+                    ignore=shutil.ignore_patterns("mlruns"))
     monkeypatch.setenv("DVC_ROOT", str(tmp_path))
     monkeypatch.setenv("MLFLOW_TRACKING_URI", copied_store(tmp_path / "mlruns"))
     monkeypatch.chdir(tmp_path)
-    _splits(tmp_path / "data" / "processed", tilt_db=8.0)
-    validate_into(tmp_path / "data" / "processed", tmp_path / "reports", PARAMS)
-    _eval_json(tmp_path / "metrics" / "eval.json", files=80)
-    _params(tmp_path)
     return tmp_path
 
 

@@ -22,11 +22,13 @@ from leakpipe.decision.calibration import (
     reliability,
 )
 from leakpipe.decision.metrics import roc_auc
+from leakpipe.decision.verdict import DECIMALS
 from leakpipe.detector import load_detector, save_detector
 from leakpipe.errors import DataError
 from leakpipe.files import save_torch_atomic
 from leakpipe.model import create_model
-from leakpipe.predict import predict, scoring_rules
+from leakpipe.predict import predict
+from leakpipe.predict_rules import scoring_rules
 from leakpipe.runtime import cpu_runtime
 from tests.conftest import PARAMS
 from tests.helpers_detector import SMALL_MODEL, one_torch_thread, save_small_detector
@@ -143,6 +145,9 @@ def test_predict_reports_calibrated_probabilities_with_unchanged_decisions(
         assert after["decision"] == before["decision"]
         assert after["frac_long_over"] == before["frac_long_over"]
         assert float(after["leak_prob"]) == pytest.approx(PLATT.prob(score), abs=2e-3)
-        assert float(after["threshold"]) == pytest.approx(PLATT.prob(0.5))
+        # shown at DECIMALS digits, as leak_prob is: one scale, one precision
+        assert float(after["threshold"]) == round(float(PLATT.prob(0.5)), DECIMALS)
+        assert (float(after["leak_prob"]) >= float(after["threshold"])) == \
+            (after["decision"] == "LEAK")
         assert float(before["threshold"]) == 0.5
     assert len({r["decision"] for r in rows["plain"]}) == 2   # both sides of the threshold

@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
@@ -213,3 +214,108 @@ def test_a_worker_pins_one_thread_per_pool() -> None:
                          check=True)
     threads = json.loads(run.stdout)
     assert threads and set(threads) == {1}
+
+
+# -- crossval ------------------------------------------------------------------------------------
+
+
+def test_the_cv_modules_load_no_dask() -> None:
+    """`leakpipe cv` without a scheduler: everything it imports, the cluster path's modules
+    included, in a fresh interpreter, and nothing of dask is loaded (connect() alone does)."""
+    code = ("import sys\nimport leakpipe.commands.cv, leakpipe.cv.stage, leakpipe.cv.dispatch, "
+            "leakpipe.cv.tasks\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('dask', 'distributed')))")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO,
+                         check=False)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.strip() == "[]"
+
+
+def test_cv_with_an_unreachable_scheduler_is_one_line_and_no_result(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """LEAKPIPE_SCHEDULER sends `cv` to the cluster as it sends `build`: nothing listens there,
+    so one line says so, and no fold result nor cv.json is written."""
+    from tests.helpers_detector import restore_logging, write_plan
+    from tests.helpers_h5 import write_splits
+    from tests.test_cv import _small_params
+
+    splits = write_splits(tmp_path / "data")
+    monkeypatch.setenv(SCHEDULER_ENV, "tcp://127.0.0.1:9")
+    monkeypatch.setattr(cluster, "CONNECT_TIMEOUT_S", 1)
+    logging_state = restore_logging()
+    next(logging_state)
+    try:
+        code = main(["cv", "--params", str(_small_params(tmp_path)), "--data-dir",
+                     str(splits["train"].parent), "--unvalidated", "--folds", "2",
+                     "--plan", str(write_plan(tmp_path / "plan.json")),
+                     "--work", str(tmp_path / "work"), "--metrics", str(tmp_path / "cv.json"),
+                     "--predictions", str(tmp_path / "cv.csv"),
+                     "--plots-dir", str(tmp_path / "plots"), "--no-progress"])
+    finally:
+        next(logging_state, None)
+    err = capsys.readouterr().err
+    assert code != 0
+    assert "error: cannot reach the Dask scheduler at tcp://127.0.0.1:9" in err, err[-2000:]
+    assert not (tmp_path / "cv.json").exists()
+    assert list((tmp_path / "work").glob("fold-*")) == []
+
+
+def test_a_cuda_cnn_task_asks_for_a_gpu_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+    """runtime.device cuda: the CNN's task needs a worker offering the GPU resource, and
+    without one the run stops with one line; on the CPU no resource is asked for."""
+    from distributed import LocalCluster
+
+    from leakpipe.config import RuntimeConfig
+    from leakpipe.cv import dispatch
+    from leakpipe.cv.methods import Settings
+
+    def settings(device: str) -> Settings:
+        runtime = RuntimeConfig(device=device, amp="off", channels_last=False)
+        return Settings(cv=None, model=None, train=None, runtime=runtime, decision=None,
+                        evaluate=None, baselines=None, detector=None, preload=None, plan={})
+
+    monkeypatch.setattr(cluster, "WORKER_WAIT_S", 0)
+    for offered in ({"GPU": 1}, {}):
+        with (LocalCluster(n_workers=1, threads_per_worker=1, processes=False, protocol="tcp",
+                           host="127.0.0.1", dashboard_address="127.0.0.1:0",
+                           resources=offered) as local,
+              cluster.connect(ClusterSettings(local.scheduler_address)) as session):
+            assert dispatch._resources(session, settings("cpu")) is None
+            if offered:
+                assert dispatch._resources(session, settings("cuda")) == {"GPU": 1}
+            else:
+                with pytest.raises(cluster.ClusterError, match=r"no Dask worker of tcp://\S+ "
+                                   r"offers the GPU resource within 0 s \(runtime.device is "
+                                   r"cuda; start them with: dask worker \.\.\. --resources "
+                                   r"GPU=1\)"):
+                    dispatch._resources(session, settings("cuda"))
+
+
+def test_a_crossval_task_refuses_split_files_other_than_the_drivers(tmp_path: Path) -> None:
+    """A worker that sees other bytes at a split's path, or no file there, stops its task
+    with one line naming the file, before any fold is written."""
+    from leakpipe.cv.folds import Fold
+    from leakpipe.cv.tasks import FoldTask, Threads, run_group
+    from leakpipe.errors import DataError
+    from leakpipe.files import file_sha256
+    from tests.helpers_h5 import write_splits
+
+    splits = [p.resolve() for p in write_splits(tmp_path / "data").values()]
+    sha = tuple(file_sha256(p) for p in splits)
+    empty = np.zeros(0, dtype=int)
+
+    def task(paths: list[Path], digests: tuple[str, ...]) -> FoldTask:
+        return FoldTask(fold=Fold(0, empty, empty, empty), group="baselines",
+                        methods=("level_logreg",), settings=None, splits=tuple(paths),
+                        sha256=digests, threads=Threads(1, 1), tables=True)
+
+    other = (*sha[:2], "0" * 64)
+    with pytest.raises(DataError, match=rf"^{splits[2]}: other bytes on Dask worker process "
+                                        r"\d+ than on the machine that runs crossval"):
+        run_group([task(splits, other)])
+    missing = [*splits[:2], tmp_path / "elsewhere" / "test.h5"]
+    with pytest.raises(DataError, match=r"elsewhere/test.h5: not found on Dask worker process "
+                                        r"\d+ \(crossval on a cluster reads the split files at "
+                                        r"the same absolute path"):
+        run_group([task(missing, sha)])

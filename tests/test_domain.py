@@ -1,5 +1,6 @@
-"""The domain check: pure statistics (``leakpipe.decision.domain``), the set check, the version 6
-detector file and predict's ``domain`` columns and set check on real tiny recordings."""
+"""The domain check: pure statistics (``leakpipe.decision.domain``, ``lowrank``), the set check
+(``domain_set``), the version 6 detector file and predict's ``domain`` columns and set check on
+real tiny recordings."""
 
 from __future__ import annotations
 
@@ -17,10 +18,13 @@ import torch
 from leakpipe.cli import main
 from leakpipe.constants import BINARY_CLASSES
 from leakpipe.decision import domain as dm
+from leakpipe.decision.domain_set import SET_ALPHA, set_check
+from leakpipe.decision.lowrank import fit_lowrank, lowrank_distance
+from leakpipe.decision.metrics import wilson_interval
 from leakpipe.detector import DETECTOR_VERSION, NO_DOMAIN_FILE, load_detector, save_detector
 from leakpipe.features.mel import band_centers_hz
 from leakpipe.model import create_model
-from leakpipe.predict import prepare
+from leakpipe.predict_inputs import prepare
 from tests.helpers_detector import (
     SMALL_MODEL,
     one_torch_thread,
@@ -119,22 +123,22 @@ def test_the_low_rank_model_finds_the_strong_axis_and_floors_the_rest() -> None:
     axis = np.zeros(6)
     axis[:3] = 1 / np.sqrt(3)
     rows = rng.normal(0, 10.0, (500, 1)) * axis + rng.normal(0, 0.01, (500, 6))
-    model = dm.fit_lowrank(rows, 1, 0.25)
+    model = fit_lowrank(rows, 1, 0.25)
     assert abs(float(model.axes[0] @ axis)) == pytest.approx(1.0, abs=1e-3)
     assert model.axes[0].sum() > 0                          # the fixed sign
     assert model.axis_var[0] == pytest.approx(100.0, rel=0.15)
     assert np.all(model.resid_var == 0.25)                  # 1e-4 floored to 0.25
-    relative = dm.fit_lowrank(rows, 1, 1e-3, relative=True)
+    relative = fit_lowrank(rows, 1, 1e-3, relative=True)
     assert np.allclose(relative.resid_var, 1e-3 * relative.axis_var[0])
     along, across = 10.0 * axis, np.r_[1.0, -1.0, 0, 0, 0, 0]
-    d = dm.lowrank_distance(model, np.stack([along, across]))
+    d = lowrank_distance(model, np.stack([along, across]))
     assert d[0] < 0.5 < 1.0 < d[1]               # far off the axis, near along it
 
 
 def test_wilson_interval_matches_the_closed_form() -> None:
-    assert dm.wilson_interval(0, 10) == pytest.approx((0.0, 0.2775), abs=1e-4)
-    assert dm.wilson_interval(5, 10) == pytest.approx((0.2366, 0.7634), abs=1e-4)
-    assert all(math.isnan(v) for v in dm.wilson_interval(0, 0))
+    assert wilson_interval(0, 10) == pytest.approx((0.0, 0.2775), abs=1e-4)
+    assert wilson_interval(5, 10) == pytest.approx((0.2366, 0.7634), abs=1e-4)
+    assert all(math.isnan(v) for v in wilson_interval(0, 0))
 
 
 def test_the_reference_round_trips_its_stored_form(reference: dm.DomainReference) -> None:
@@ -169,40 +173,40 @@ def test_a_set_moved_too_little_for_any_one_recording_is_shifted_as_a_set(
     bumped = _bumped(np.random.default_rng(11), 60, 1.5)
     alone = dm.distances(reference, bumped) > reference.threshold
     assert alone.mean() < 0.05                      # hardly any recording is flagged alone
-    whole = dm.set_check(reference, dm.distances(reference, bumped))
-    assert whole.domain == dm.SHIFTED and whole.p_value < dm.SET_ALPHA and whole.n == 60
+    whole = set_check(reference, dm.distances(reference, bumped))
+    assert whole.domain == dm.SHIFTED and whole.p_value < SET_ALPHA and whole.n == 60
     assert whole.median > whole.val_median
     assert whole.line().startswith("set domain check: shifted (median D ")
 
 
 def test_a_set_like_val_is_in(reference: dm.DomainReference) -> None:
     same = _profiles(np.random.default_rng(12), 200)
-    whole = dm.set_check(reference, dm.distances(reference, same))
+    whole = set_check(reference, dm.distances(reference, same))
     assert whole.domain == dm.IN and whole.p_value > 0.01
-    nearer = dm.set_check(reference, np.full(50, reference.val_distances.min()))
+    nearer = set_check(reference, np.full(50, reference.val_distances.min()))
     assert nearer.domain == dm.IN and nearer.p_value > 0.5    # one-sided: closer is no shift
 
 
 def test_a_set_check_says_the_alpha_it_used(reference: dm.DomainReference) -> None:
     d = dm.distances(reference, _bumped(np.random.default_rng(14), 20, 1.0))
-    strict, lax = dm.set_check(reference, d, alpha=1e-12), dm.set_check(reference, d, alpha=0.5)
+    strict, lax = set_check(reference, d, alpha=1e-12), set_check(reference, d, alpha=0.5)
     assert strict.p_value == lax.p_value and strict.domain == dm.IN and lax.domain == dm.SHIFTED
     assert strict.to_dict()["alpha"] == 1e-12 and "shifted below 0.5)" in lax.line()
 
 
 def test_one_recording_is_never_a_shifted_set(reference: dm.DomainReference) -> None:
-    far = dm.set_check(reference, np.array([100.0 * reference.threshold]))
+    far = set_check(reference, np.array([100.0 * reference.threshold]))
     assert far.domain == dm.IN                      # p >= 1 / 301 > SET_ALPHA
     assert far.p_value == pytest.approx(1 / (reference.val_distances.size + 1), rel=1e-6)
 
 
 def test_the_set_check_is_unknown_without_what_it_needs(reference: dm.DomainReference) -> None:
-    assert dm.set_check(None, np.ones(5)).domain == dm.UNKNOWN
-    assert dm.set_check(reference, np.array([np.nan, np.nan])).domain == dm.UNKNOWN
+    assert set_check(None, np.ones(5)).domain == dm.UNKNOWN
+    assert set_check(reference, np.array([np.nan, np.nan])).domain == dm.UNKNOWN
     bare = dataclasses.replace(reference, val_distances=np.zeros(0))
-    check = dm.set_check(bare, np.ones(5))
+    check = set_check(bare, np.ones(5))
     assert check.domain == dm.UNKNOWN and check.n == 5 and "keeps no val distances" in check.line()
-    with_nan = dm.set_check(reference, np.array([np.nan, *dm.distances(
+    with_nan = set_check(reference, np.array([np.nan, *dm.distances(
         reference, _bumped(np.random.default_rng(13), 60, 1.5))]))
     assert with_nan.n == 60 and with_nan.domain == dm.SHIFTED
     assert json.loads(json.dumps(check.to_dict()))["p_value"] is None
@@ -315,7 +319,7 @@ def test_a_shifted_set_is_said_on_the_command_line_and_in_the_json(
     captured = capsys.readouterr()
     written = json.loads((tmp_path / "out_domain.json").read_text())
     assert written["set"]["domain"] == "shifted" and written["set"]["n"] == 8
-    assert written["set"]["p_value"] < dm.SET_ALPHA
+    assert written["set"]["p_value"] < SET_ALPHA
     assert "set domain check: shifted" in captured.out
     assert "taken together, are farther from the training recordings" in captured.err
 

@@ -1,123 +1,66 @@
-"""Every module a DVC stage imports is one of that stage's deps in dvc.yaml.
+"""Every module a DVC stage imports is part of that stage's declared code.
 
 DVC re-runs a stage only when one of its listed `deps` changes. A module the stage imports
-but does not list can change while `dvc repro` still calls the stage up to date, although
-running it again would give a different result. The imports are read statically (AST only,
-nothing is imported, no torch), so this stays a fast unit test.
+but that no dep covers can change while `dvc repro` still calls the stage up to date, although
+running it again would give a different result. Each stage's code is one dep, its digest file
+``digests/<stage>.txt`` (written by stage `check` with stages/code_digests.py): the sha256 of
+the stage's script and of every package module it imports. These tests check that the digest
+files list exactly each stage's import closure and that dvc.yaml declares them as
+``make deps`` writes it. The imports are read statically (AST only, nothing is imported, no
+torch), so this stays a fast unit test.
 """
 
 from __future__ import annotations
 
-import ast
-import re
-from collections.abc import Iterable, Iterator
+import importlib.util
+import shutil
+import sys
+from collections.abc import Iterable
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
-PACKAGE = "leakpipe"
-CLI = f"{PACKAGE}.cli"  # its dispatch table imports every command, so no stage starts from it
-STAGE_SCRIPT = re.compile(r"\bpython\s+(stages/\w+\.py)\b")
 
 
+def _load_tool() -> ModuleType:
+    """stages/code_digests.py (stages/ is no package: loaded by path, once)."""
+    name = "leakpipe_stage_code_digests"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, REPO / "stages" / "code_digests.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+tool = _load_tool()
+PACKAGE = tool.PACKAGE
+FIX = "run `make deps` (stages/code_digests.py write, then dvc repro check)"
+
+
+# REPO is read at call time: tests/test_layers.py points it at a copy of the package.
 def module_file(name: str) -> Path | None:
-    """`leakpipe.a.b` -> leakpipe/a/b.py or leakpipe/a/b/__init__.py; None if no such file."""
-    if name.split(".")[0] != PACKAGE:
-        return None
-    base = REPO.joinpath(*name.split("."))
-    for path in (base.with_suffix(".py"), base / "__init__.py"):
-        if path.is_file():
-            return path
-    return None
-
-
-def _package_of(path: Path) -> str:
-    """The package relative imports in `path` start from."""
-    parts = path.relative_to(REPO).with_suffix("").parts
-    return ".".join(parts[:-1])
+    return tool.module_file(name, REPO)
 
 
 def imported_names(path: Path) -> set[str]:
-    """Every name an import statement anywhere in `path` (functions included) may load.
-
-    `from a import b` yields both `a` and `a.b`: `b` counts when it is a submodule.
-    """
-    names: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
-        if isinstance(node, ast.Import):
-            names.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                package = _package_of(path).split(".")
-                parent = ".".join(package[: len(package) - node.level + 1])
-                base = f"{parent}.{base}" if base else parent
-            names.add(base)
-            names.update(f"{base}.{alias.name}" for alias in node.names)
-    return names
-
-
-def _with_parents(name: str) -> Iterator[str]:
-    """`a.b.c` -> a, a.b, a.b.c: importing a module runs its packages' __init__.py first."""
-    parts = name.split(".")
-    for i in range(1, len(parts) + 1):
-        yield ".".join(parts[:i])
-
-
-def import_closure(start: Iterable[str]) -> set[Path]:
-    """The package's module files that importing `start` loads, transitively."""
-    todo = list(start)
-    seen: set[Path] = set()
-    while todo:
-        for name in _with_parents(todo.pop()):
-            path = module_file(name)
-            if path is not None and path not in seen:
-                seen.add(path)
-                todo.extend(imported_names(path))
-    return seen
-
-
-def command_module(subcommand: str) -> str:
-    """The module under leakpipe/commands whose `NAME` is `subcommand` (how cli.py dispatches)."""
-    for path in sorted((REPO / PACKAGE / "commands").glob("*.py")):
-        for node in ast.parse(path.read_text()).body:
-            if (isinstance(node, ast.Assign) and any(
-                    isinstance(t, ast.Name) and t.id == "NAME" for t in node.targets)
-                    and isinstance(node.value, ast.Constant) and node.value.value == subcommand):
-                return f"{PACKAGE}.commands.{path.stem}"
-    raise LookupError(f"no leakpipe/commands module has NAME = {subcommand!r}")
-
-
-def entry_modules(script: Path) -> set[str]:
-    """What a stage script runs: the command its `main([...])` call names, plus whatever else
-    of the package it imports (leakpipe.cli left out, see CLI)."""
-    entries = {name for name in imported_names(script)
-               if name.split(".")[0] == PACKAGE and not name.startswith(CLI)}
-    for node in ast.walk(ast.parse(script.read_text())):
-        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
-                and node.func.id == "main" and node.args and isinstance(node.args[0], ast.List)
-                and node.args[0].elts and isinstance(node.args[0].elts[0], ast.Constant)):
-            entries.add(command_module(node.args[0].elts[0].value))
-    return entries
-
-
-def script_stages() -> dict[str, tuple[str, list[str]]]:
-    """Stages whose cmd runs `python stages/<name>.py`: stage -> (script, deps)."""
-    stages = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]
-    found: dict[str, tuple[str, list[str]]] = {}
-    for name, stage in stages.items():
-        match = STAGE_SCRIPT.search(str(stage["cmd"]))
-        if match:
-            found[name] = (match.group(1), [d for d in stage.get("deps", []) if isinstance(d, str)])
-    return found
+    return tool.imported_names(path, REPO)
 
 
 def required_files(script: str) -> set[str]:
     """Repo-relative files a stage's result depends on: its script and the import closure."""
-    closure = import_closure(entry_modules(REPO / script))
-    return {script} | {path.relative_to(REPO).as_posix() for path in closure}
+    return tool.required_files(script, REPO)
+
+
+def script_stages() -> dict[str, tuple[str, list[str]]]:
+    """Stages whose cmd runs `python stages/<name>.py`: stage -> (script, deps)."""
+    text = (REPO / "dvc.yaml").read_text()
+    stages = yaml.safe_load(text)["stages"]
+    return {name: (script, [d for d in stages[name].get("deps", []) if isinstance(d, str)])
+            for name, script in tool.stage_scripts(text).items()}
 
 
 def uncovered(required: Iterable[str], deps: Iterable[str]) -> list[str]:
@@ -127,32 +70,113 @@ def uncovered(required: Iterable[str], deps: Iterable[str]) -> list[str]:
                   if not any(f == p or f.startswith(f"{p}/") for p in prefixes))
 
 
+def disagreement(required: set[str], listed: set[str]) -> list[str]:
+    """What a digest file lacks (`+path`) and lists in vain (`-path`)."""
+    return ([f"+{p}" for p in sorted(required - listed)]
+            + [f"-{p}" for p in sorted(listed - required)])
+
+
 STAGES = script_stages()
+WRITER = tool.writer_stage((REPO / "dvc.yaml").read_text())
 
 
 def test_script_stages_are_found() -> None:
-    assert {"train", "evaluate", "build"} <= STAGES.keys()
+    assert {"train", "evaluate", "build", "check"} <= STAGES.keys()
+    assert WRITER == "check"             # it runs first: every other stage depends on it
 
 
 @pytest.mark.parametrize("stage", sorted(STAGES))
-def test_stage_deps_cover_its_imports(stage: str) -> None:
+def test_stage_code_is_declared(stage: str) -> None:
     script, deps = STAGES[stage]
-    assert entry_modules(REPO / script), f"{script}: found nothing it runs from {PACKAGE}"
-    missing = uncovered(required_files(script), deps)
-    assert not missing, (
-        f"stage {stage!r} imports modules that are not among its deps: {', '.join(missing)}; "
-        "add them to the stage's deps in dvc.yaml")
+    assert tool.entry_modules(REPO / script, REPO), f"{script}: runs nothing from {PACKAGE}"
+    required = required_files(script)
+    if stage == WRITER:                  # the writer depends on the whole package itself
+        assert not uncovered(required, deps), uncovered(required, deps)
+        return
+    digest = tool.digest_path(script)
+    assert digest in deps and not [d for d in deps if d.startswith(f"{PACKAGE}/")], (
+        f"stage {stage!r}: its code dep is {digest} and no module files; {FIX}")
+    path = REPO / digest
+    listed = tool.listed_files(path.read_text()) if path.is_file() else set()
+    wrong = disagreement(required, listed)
+    assert not wrong, f"stage {stage!r}: {digest} disagrees with its imports {wrong}; {FIX}"
 
 
-def test_a_missing_dep_is_reported() -> None:
+def test_dvc_yaml_is_as_make_deps_writes_it() -> None:
+    text = (REPO / "dvc.yaml").read_text()
+    new = tool.render(text)
+    diff = [f"{a!r} -> {b!r}" for a, b in zip(text.splitlines(), new.splitlines(), strict=False)
+            if a != b]
+    assert new == text, f"dvc.yaml's code declarations are stale ({diff[:3]}); {FIX}"
+
+
+def test_a_missing_module_is_reported() -> None:
     # leakpipe/train/stage.py is reached only through an import inside commands/train.py's
     # run(), so this also shows that function-level imports are followed.
-    script, deps = STAGES["train"]
+    script, _ = STAGES["train"]
     required = required_files(script)
     assert "leakpipe/train/stage.py" in required
-    assert uncovered(required, deps) == []
-    without = [dep for dep in deps if dep != "leakpipe/train/stage.py"]
-    assert "leakpipe/train/stage.py" in uncovered(required, without)
+    text = tool.digest_text(script, REPO)
+    assert disagreement(required, tool.listed_files(text)) == []
+    without = "".join(line for line in text.splitlines(keepends=True)
+                      if not line.endswith("  leakpipe/train/stage.py\n"))
+    assert disagreement(required, tool.listed_files(without)) == ["+leakpipe/train/stage.py"]
+
+
+def test_a_module_change_changes_exactly_its_importers_digests(tmp_path: Path) -> None:
+    """A copy of the package and scripts: one module edited, the digest files of the stages
+    that import it change, every other file keeps its bytes (five stages, for speed)."""
+    for folder in (PACKAGE, "stages"):
+        shutil.copytree(REPO / folder, tmp_path / folder,
+                        ignore=shutil.ignore_patterns("__pycache__"))
+    scripts = [STAGES[stage][0] for stage in ("build", "train", "evaluate", "baselines", "tune")]
+    before = {p.name: p.read_bytes() for p in tool.write_digests(tmp_path / "d", scripts, tmp_path)}
+    module = "leakpipe/evaluate/figures.py"
+    with (tmp_path / module).open("a") as handle:
+        handle.write("\n# edited\n")
+    after = {p.name: p.read_bytes() for p in tool.write_digests(tmp_path / "d", scripts, tmp_path)}
+    importers = {Path(tool.digest_path(s)).name for s in scripts
+                 if module in tool.required_files(s, tmp_path)}
+    assert {"evaluate.txt", "baselines.txt"} <= importers and "train.txt" not in importers
+    assert {name for name in before if before[name] != after[name]} == importers
+    assert sorted(after) == sorted(before) and len(after) == len(scripts)
+
+
+def test_rewrite_declares_each_stages_digest_and_names_it_in_check(tmp_path: Path) -> None:
+    old = ("stages:\n"
+           "  check:\n    cmd:\n      - python stages/check.py\n"
+           "      - python stages/code_digests.py digests --out digests synth\n"
+           "    deps: [leakpipe, stages]\n    outs:\n      - digests: {cache: false}\n\n"
+           "  train:   # a stage as dvc.yaml listed them before\n"
+           "    cmd: python stages/train.py --model m.pt\n    deps:\n      - stages/train.py\n"
+           "      - leakpipe/__init__.py\n      - leakpipe/train/fit.py\n"
+           "      - data/train.h5   # kept\n    params: [train]\n    outs:\n      - m.pt\n\n"
+           "plots:\n  - m.csv\n")
+    new = tool.render(old)
+    assert tool.render(new) == new
+    assert "      - python stages/check.py\n      - >-\n        python stages/code_digests.py " \
+           "digests --out digests train\n    deps: [leakpipe, stages]\n" in new
+    assert "      - stages/train.py\n      - digests/train.txt\n      - data/train.h5   # kept\n" \
+           "    params: [train]\n" in new
+    assert PACKAGE + "/" not in new and new.endswith("plots:\n  - m.csv\n")
+    assert yaml.safe_load(new)["stages"]["train"]["deps"] == [
+        "stages/train.py", "digests/train.txt", "data/train.h5"]
+    broken = old.replace("deps: [leakpipe, stages]", "deps: [stages]")
+    with pytest.raises(tool.DepsError, match="'check' must list leakpipe as deps"):
+        tool.render(broken)
+
+
+def test_an_unknown_script_writes_nothing(tmp_path: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "digests"
+    out.mkdir()
+    (out / "train.txt").write_text("previous\n")
+    assert tool.main(["digests", "--out", str(out), "train", "nosuch"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "stages/code_digests.py: stages/nosuch.py: no such stage script"
+    assert [p.name for p in out.iterdir()] == ["train.txt"]
+    assert (out / "train.txt").read_text() == "previous\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["digests"]       # no staging folder left
 
 
 def test_only_quality_figures_are_dvc_metrics() -> None:

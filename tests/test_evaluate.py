@@ -261,6 +261,18 @@ def test_stage_writes_outputs_and_logs_to_mlflow(project: Path,
     logged = tracking.download_model(run.data.tags[tracking.TAG_DETECTOR_URI])
     assert load_detector(logged).threshold == saved.threshold
 
+    # the card quotes a sim-to-real report that names this detector file's sha256
+    detector_sha = file_sha256(project / "models" / "detector.pt")
+    report = project / "s2r.json"
+    report.write_text(json.dumps({
+        "detector": {"path": "models/detector.pt", "sha256": detector_sha},
+        "recordings": {"a.wav": "LEAK"}, "zero_shot": {"overall": {"roc_auc": 0.5}}}))
+    assert main(["evaluate", "--params", str(PARAMS), "--no-progress",
+                 "--sim-to-real", str(report)]) == 0
+    assert file_sha256(project / "models" / "detector.pt") == detector_sha   # the same bytes
+    card = (project / "reports" / "model_card.md").read_text()
+    assert f"which scored this detector file (sha256 {detector_sha[:12]}" in card
+
 
 def test_missing_plan_is_a_clear_error(project: Path, monkeypatch: pytest.MonkeyPatch,
                                        capsys: pytest.CaptureFixture[str]) -> None:

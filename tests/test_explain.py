@@ -27,7 +27,7 @@ from leakpipe.detector import load_detector
 from leakpipe.explain.recording import explain_recording, to_json
 from leakpipe.features.mel import band_centers_hz
 from leakpipe.model import create_model
-from leakpipe.predict import score_recordings
+from leakpipe.predict_scoring import score_recordings
 from leakpipe.runtime import make_runtime
 from leakpipe.serve.model import log_served_detector
 from tests.helpers_detector import (
@@ -100,13 +100,14 @@ def test_occlusion_credits_the_bands_the_detector_reads(tmp_path: Path, fill: st
 
     assert got["decision"] == "LEAK"
     assert got["occlusion"]["towards_leak"] == [LEAK_GROUP]
-    assert occlusion[LEAK_GROUP]["drop"] > 0.9
+    assert occlusion[LEAK_GROUP]["raw_drop"] > 0.9
     assert occlusion[LEAK_GROUP]["decision_without"] == "NOLEAK"
+    assert occlusion[LEAK_GROUP]["leak_prob_without"] < got["threshold"] <= got["leak_prob"]
     assert occlusion[LEAK_GROUP]["mel_bands"] == [8, 11]
     # the pump (bands 1-3) is the loudest thing in the recording, and gets no credit
-    assert occlusion[0]["drop"] == 0.0
+    assert occlusion[0]["raw_drop"] == 0.0
     assert all(d > 0.9 for d in occlusion[LEAK_GROUP]["long_drop"])
-    assert got["long_segments"]["at_or_over_threshold"] == got["long_segments"]["count"]
+    assert got["long_segments"]["at_or_over_raw_threshold"] == got["long_segments"]["count"]
 
 
 def test_without_the_leak_bands_the_credit_goes(tmp_path: Path) -> None:
@@ -115,7 +116,7 @@ def test_without_the_leak_bands_the_credit_goes(tmp_path: Path) -> None:
     without = occlusion_by_group(got)
 
     assert got["decision"] == "NOLEAK"
-    assert without[LEAK_GROUP]["drop"] < 0.01 < 0.9 < with_leak[LEAK_GROUP]["drop"]
+    assert without[LEAK_GROUP]["raw_drop"] < 0.01 < 0.9 < with_leak[LEAK_GROUP]["raw_drop"]
     assert got["occlusion"]["towards_leak"] == []          # nothing left to credit
 
 
@@ -143,6 +144,9 @@ def test_explain_command_writes_figure_and_json_with_predicts_numbers(
     assert floats(row["long_probs"]) == got["long_segments"]["probs"]
     assert floats(row["long_starts_s"]) == got["long_segments"]["starts_s"]
     assert row["decision"] == got["decision"]
+    # the call on predict's one scale: the same verdict, leak_prob and threshold as its row
+    for key in ("verdict", "leak_prob", "threshold", "domain", "domain_reason", "notes"):
+        assert got[key] == row[key], key
 
 
 def test_explain_loads_a_registered_detector_by_its_models_uri(

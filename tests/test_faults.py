@@ -56,8 +56,8 @@ from tests.test_train_stage import (
     stage_args,
 )
 
-# The other modules' fixtures (module-scoped: one instance for this module).
-reference = test_train_signals.reference     # one uninterrupted run of the signal tests' stage
+# The signal tests' uninterrupted run of the stage: built once per session for both modules.
+reference = test_train_signals.reference
 
 # ---------------------------------------------------------------------------------------------
 # SIGKILL of the train stage: seeded random steps and inside checkpoint writes

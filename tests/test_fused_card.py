@@ -72,7 +72,8 @@ def test_the_card_says_what_both_parts_read_and_how_they_are_weighed(tmp_path: P
     assert "`detector.fusion_C` 1, fitted on the val recordings" in model
     assert "times its weight to its bias (-0.125)" in model
     assert "| cnn | +1.250 | 0.910 |" in model and "| logger_stats | +0.500 | 0.840 |" in model
-    assert "threshold 0.35 on the stacked probability (leak_prob 0.350" in model
+    assert "threshold 0.3500 on `leak_prob` (Platt-calibrated; raw stacked probability " \
+        "0.3500)" in model
     assert "chosen on val by max_f1" in model and "(`build.quality.reject`): dead" in model
     cnn = _section(card, "## CNN part")
     assert "LeakCNN on log-mel segments" in cnn and "`blend`, vote fraction 0.5" in cnn

@@ -21,7 +21,7 @@ from leakpipe.cli import main
 from leakpipe.export.fused_graph import OUTPUT, SEGMENTS, STATISTICS, as_segments
 from leakpipe.export.graph import cpu_session
 from leakpipe.features.recording_stats import recording_stats
-from leakpipe.predict import score_segments
+from leakpipe.predict_scoring import score_segments
 from leakpipe.runtime import make_runtime
 from leakpipe.ship.stage import chosen_kind
 from leakpipe.stats_detector import FusedDetector, load_any_detector
@@ -74,7 +74,7 @@ def test_ship_stacks_the_cnn_and_the_statistics_on_val(shipped: Path) -> None:
     cnn = load_any_detector(shipped.parent / "detector.pt")
     assert detector.cnn.voting == cnn.voting and detector.cnn.threshold == cnn.threshold
     rows = (shipped.parent / "predictions.csv").read_text().splitlines()
-    assert rows[0] == "split,recording_id,group,truth,score,leak_prob,leak_decision"
+    assert rows[0] == "split,recording_id,group,truth,leak_prob,decision,threshold,raw_score"
     assert len(rows) == 1 + 24                                       # val and test recordings
     card = (shipped.parent / "card.md").read_text()              # the fused kind's own card
     assert card.startswith("# Model card: fused detector ") and "## Why this kind" in card
@@ -104,7 +104,12 @@ def test_predict_decides_each_recording_from_one_decoding(shipped: Path,
         assert (float(row["leak_prob"]) >= float(row["threshold"])) == (row["decision"] == "LEAK")
         cnn_prob, stats = _by_hand(detector, paths[name])
         expected = float(detector.probability(cnn_prob, stats[None, :])[0])
-        assert float(row["score"]) == pytest.approx(expected, abs=2e-6)
+        assert float(row["raw_score"]) == pytest.approx(expected, abs=2e-6)
+        # both parts' domain check, as served: in domain here, so the verdict is the call
+        assert (row["domain"], row["domain_reason"], row["verdict"]) == ("in", "",
+                                                                        row["decision"])
+        assert 0.0 <= float(row["domain_distance"]) <= 1.0
+    assert rows["dead"]["verdict"] == "UNUSABLE"
     stamp = json.loads((tmp_path / "pred_detector.json").read_text())
     assert stamp["rule"] == "fused"
 
@@ -149,7 +154,7 @@ def test_explain_splits_the_call_into_the_parts_evidence(shipped: Path, tmp_path
     parts = {p["part"]: p for p in ex["parts"]}
     assert list(parts) == ["cnn", "logger_stats"]
     logit = ex["stacker_bias"] + sum(p["evidence"] for p in parts.values())
-    assert 1.0 / (1.0 + math.exp(-logit)) == pytest.approx(ex["score"], abs=1e-9)
+    assert 1.0 / (1.0 + math.exp(-logit)) == pytest.approx(ex["raw_score"], abs=1e-9)
     for p in parts.values():
         assert p["evidence"] == pytest.approx(p["weight"] * p["logit"])
     stats_logit = ex["statistics"]["logit_bias"] + sum(
@@ -157,8 +162,17 @@ def test_explain_splits_the_call_into_the_parts_evidence(shipped: Path, tmp_path
     assert stats_logit == pytest.approx(parts["logger_stats"]["logit"], abs=1e-4)
     detector = load_any_detector(shipped)
     cnn_prob, stats = _by_hand(detector, paths["leak"])
-    assert ex["score"] == pytest.approx(float(detector.probability(cnn_prob, stats[None, :])[0]),
-                                        abs=2e-6)
+    assert ex["raw_score"] == pytest.approx(
+        float(detector.probability(cnn_prob, stats[None, :])[0]), abs=2e-6)
+    # the call on predict's one scale: predict's CSV row of the same file says the same
+    assert main(["predict", str(paths["leak"]), "--model", str(shipped), "--out",
+                 str(tmp_path / "pred.csv"), "--no-progress", "--device", "cpu"]) == 0
+    row = _rows(tmp_path / "pred.csv")["leak"]
+    for key in ("verdict", "decision", "domain", "domain_reason"):
+        assert ex[key] == row[key], key
+    assert (ex["leak_prob"], ex["threshold"]) == (float(row["leak_prob"]),
+                                                  float(row["threshold"]))
+    assert ex["raw_threshold"] == detector.threshold != ex["threshold"]
     assert (out / "leak.png").stat().st_size > 0
     assert main(["explain", str(paths["dead"]), "--model", str(shipped), "--out",
                  str(out), "--device", "cpu"]) == 3                      # unusable: no call

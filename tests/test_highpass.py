@@ -20,7 +20,8 @@ from scipy.signal import butter, sosfilt
 import leakpipe.audio.io as audio_io
 from leakpipe.audio.clips import AudioError
 from leakpipe.audio.highpass import ORDER, HighPass, highpass, level_frames
-from leakpipe.audio.io import load_clips, waveform_source
+from leakpipe.audio.io import load_clips
+from leakpipe.audio.opening import waveform_source
 from leakpipe.cli import main
 from leakpipe.config import ConfigError, FeatureConfig, load_section, stored_features
 from leakpipe.constants import ATTR_FEATURES, BINARY_CLASSES, KNOWN_CLASSES
@@ -31,7 +32,7 @@ from leakpipe.detector import Detector, load_detector, save_detector
 from leakpipe.features.mel import clip_features
 from leakpipe.files import save_torch_atomic
 from leakpipe.model import create_model
-from leakpipe.predict import prepare
+from leakpipe.predict_inputs import prepare
 from tests.conftest import PARAMS
 from tests.helpers_detector import LIMITS, SMALL_MODEL, one_torch_thread, restore_logging
 from tests.helpers_h5 import SMALL_FEATURES, write_split

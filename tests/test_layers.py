@@ -15,8 +15,8 @@ Where a change goes (docs/architecture.md says the same):
   params, the package source's digest (crossval and tune key their saved results on it);
 - runtime (device / precision / memory format, decided once), allocator, tracking (the one
   MLflow adapter), monitor (training diagnostics), plots_page (DVC's plots as an offline page);
-- decision (voting, metrics, operating point: pure), audio, features, cluster (Dask as build's
-  and index's engine beyond one machine);
+- decision (voting, metrics, operating point: pure), audio, features, cluster (Dask as build's,
+  index's and crossval's engine beyond one machine);
 - model (LeakCNN), data (HDF5 format, batch sources), build_recording (one recording's work in
   build, what a local or Dask worker runs);
 - inference (the exact fast form), index, preload, validate, build: what the early stages do;
@@ -24,10 +24,12 @@ Where a change goes (docs/architecture.md says the same):
 - stats_model: the logger_stats model as a torch module (beside the CNN's model);
 - detector: the network and detector files; stats_detector: the logger_stats and fused kinds
   of detector file, and loading a detector of any kind;
-- predict_rows: predict's output rows; predict_inputs (the recordings read and checked) and
-  predict_target (where the rows go, which detector wrote them), peers; predict_stats: a
-  logger_stats detector's rows; predict_fused: a fused detector's (the same columns); predict:
-  leak decisions for recordings (files, or waveforms in memory), any detector kind;
+- predict_rows: predict's output rows; predict_inputs (the recordings read and checked),
+  predict_target (where the rows go, which detector wrote them) and predict_rules (batch caps,
+  signal checks), peers; predict_stats: a logger_stats detector's rows, and predict_scoring: a
+  CNN detector's (files or waveforms in memory, a batch of recordings at a time), peers;
+  predict_fused: a fused detector's rows (the logger_stats columns); predict: the command, any
+  detector kind;
 - serve: predict as an MLflow pyfunc model, a scorer per detector kind (serve.cnn, serve.stats,
   serve.fused; evaluate and ship log it); export: the scoring network as ONNX with its rules as
   JSON; explain: band occlusion and a figure per recording (peers);
@@ -66,8 +68,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("detector",),
     ("stats_detector",),
     ("predict_rows",),
-    ("predict_inputs", "predict_target"),
-    ("predict_stats",),
+    ("predict_inputs", "predict_target", "predict_rules"),
+    ("predict_stats", "predict_scoring"),
     ("predict_fused",),
     ("predict",),
     ("serve", "export", "explain"),

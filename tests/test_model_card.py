@@ -77,19 +77,37 @@ def test_without_conditions_or_sim_to_real_the_card_says_so() -> None:
     assert "60 clips of 30 recordings at 6 sites" in card
 
 
-def test_sim_to_real_figures_and_which_detector_they_belong_to() -> None:
-    report = {"detector": {"path": "models/detector.pt", "input_norm": "none",
-                           "threshold": 0.31},
-              "recordings": {"a.wav": "LEAK", "b.wav": "NOLEAK"},
-              "zero_shot": {"overall": {"n_clips": 60, "roc_auc": 0.3785,
-                                        "roc_auc_ci": [0.1985, 0.5603],
-                                        "balanced_accuracy": 0.46, "recall": 0.92,
-                                        "specificity": 0.0, "ci_note": "one testbed."}}}
-    text = _section(model_card(_inputs(sim_to_real=report, sim_to_real_path="s.json")),
-                    "Real recordings")
-    assert "From `s.json`: the detector then at `models/detector.pt` (input_norm `none`" in text
+SIM_TO_REAL = {"detector": {"path": "models/detector.pt", "input_norm": "none",
+                            "threshold": 0.31},
+               "recordings": {"a.wav": "LEAK", "b.wav": "NOLEAK"},
+               "zero_shot": {"overall": {"n_clips": 60, "roc_auc": 0.3785,
+                                         "roc_auc_ci": [0.1985, 0.5603],
+                                         "balanced_accuracy": 0.46, "recall": 0.92,
+                                         "specificity": 0.0, "ci_note": "one testbed."}}}
+
+
+def test_sim_to_real_figures_are_quoted_only_for_this_detector_file() -> None:
+    """The benchmark scores whichever detector file it is given: its figures are this card's
+    only when the report names this detector file's sha256; otherwise none of them is quoted
+    (the report of another, or of an unnamed, detector)."""
+    mine = {**SIM_TO_REAL, "detector": {**SIM_TO_REAL["detector"], "sha256": "ef" * 32}}
+    text = _section(model_card(_inputs(sim_to_real=mine, sim_to_real_path="s.json",
+                                       detector_sha="ef" * 32)), "Real recordings")
+    assert "From `s.json`, which scored this detector file (sha256 efefefefefef" in text
     assert "ROC-AUC 0.379 [0.199, 0.560]" in text and "specificity 0.000" in text
     assert "over 60 clips of 2 real recordings. One testbed." in text
+    for report, sha in ((SIM_TO_REAL, "ef" * 32), (mine, "12" * 32), (mine, "")):
+        other = _section(model_card(_inputs(sim_to_real=report, sim_to_real_path="s.json",
+                                            detector_sha=sha)), "Real recordings")
+        assert other.startswith(" (sim-to-real)\n\nNot measured for this detector: `s.json` "
+                                "scored the detector file then at `models/detector.pt` (")
+        assert "0.379" not in other and "ROC-AUC" not in other and "0.31" not in other
+
+
+def test_the_operating_point_is_on_the_leak_prob_scale() -> None:
+    text = _section(model_card(_inputs()), "Model")
+    assert ("threshold 0.4100 on `leak_prob` (raw rule score 0.3000), chosen on the val split "
+            "by f1: a recording is LEAK when its `leak_prob` reaches it") in text
 
 
 def test_the_card_file_has_the_same_bytes_whatever_the_run(tmp_path: Path) -> None:
@@ -112,8 +130,8 @@ def test_the_card_file_has_the_same_bytes_whatever_the_run(tmp_path: Path) -> No
     assert written["first"] == written["second"]
     text = written["first"].decode()
     assert "0f0f" not in text and "a1a1" not in text and "/srv" not in text and "/home" not in text
-    assert ("From `.../results/s.json`: the detector then at `.../models/detector.pt` "
-            "(input_norm `none`") in text
+    assert ("Not measured for this detector: `.../results/s.json` scored the detector file "
+            "then at `.../models/detector.pt` (no sha256)") in text
     for title in ("Intended use", "Model", "Data", "Test figures", "Per condition",
                   "Real recordings", "Known limits"):
         assert f"\n## {title}" in text

@@ -152,12 +152,12 @@ def test_second_repro_does_nothing(reproduced: tuple[Path, str]) -> None:
 def test_a_remote_round_trip_of_this_projects_pipeline(reproduced: tuple[Path, str],
                                                        tmp_path: Path) -> None:
     """docs/scale-out.md "The data" on the real dvc.yaml: push every output to a remote, clone
-    the repository elsewhere, pull: every cached output arrives byte for byte, and `dvc status`
-    names only the always-changed `index` and the stages whose resume folders
-    (`checkpoints/*`: `persist`, never cached, so never pushed) the clone lacks. Those folders
-    are a machine's working state; a clone without them re-runs train, crossval and adapt
-    (a known gap: they should not be declared outputs)."""
+    the repository elsewhere, pull: every cached output arrives byte for byte, every output
+    dvc.lock records is there, and `dvc status` names only the always-changed `index`. The
+    resume folders (`checkpoints/*`) stay on the machine that ran the stages: git-ignored and
+    no outputs, so a clone without them has nothing to re-run."""
     project, _ = reproduced
+    assert (project / "checkpoints" / "train").is_dir()          # the run's working state
     remote = tmp_path / "remote"
     _run([str(BIN / "dvc"), "remote", "add", "-d", "shared", str(remote)], project)
     _git(project, "add", ".dvc/config")
@@ -169,13 +169,16 @@ def test_a_remote_round_trip_of_this_projects_pipeline(reproduced: tuple[Path, s
     _run([str(BIN / "dvc"), "pull"], clone)
     for output in ("models/shipped.pt", "models/model.pt", "data/processed/train.h5"):
         assert (clone / output).read_bytes() == (project / output).read_bytes(), output
+    lock = yaml.safe_load((clone / "dvc.lock").read_text())["stages"]
+    recorded = {out["path"] for stage in lock.values() for out in stage.get("outs", [])}
+    assert "digests" in recorded and not [p for p in recorded if p.startswith("checkpoints")]
+    assert not [p for p in recorded if not (clone / p).exists()]
+    assert not (clone / "checkpoints").exists()
     status = _run([str(BIN / "dvc"), "status"], clone)
     stale = {line.split(":")[0].strip() for line in status.splitlines()
              if line and not line.startswith((" ", "\t"))}
-    assert stale <= {"index", "train", "crossval", "adapt"}, status
-    changed = [line.strip() for line in status.splitlines() if line.startswith("\t\t")]
-    assert changed and all(line.split()[-1].startswith("checkpoints/") for line in changed), \
-        status                                      # only the unpushed resume folders
+    assert stale == {"index"} and "always changed" in status, status
+    assert not [line for line in status.splitlines() if line.startswith("\t\t")], status
 
 
 def test_bytecode_caches_do_not_make_stages_stale(reproduced: tuple[Path, str]) -> None:
@@ -205,12 +208,13 @@ def _stale(project: Path) -> set[str]:
 @pytest.mark.parametrize(("module", "must", "must_not"), [
     ("leakpipe/evaluate/figures.py", {"evaluate", "baselines"}, {"train", "tune", "build"}),
     ("leakpipe/scoring/score.py", {"train", "evaluate", "tune"}, {"build", "synth"}),
-    ("leakpipe/predict.py", {"evaluate"}, {"train", "tune", "build", "synth"}),  # serve's
+    ("leakpipe/predict_scoring.py", {"evaluate"}, {"train", "tune", "build", "synth"}),  # serve's
 ])
 def test_touching_a_module_makes_exactly_its_importers_stale(
         reproduced: tuple[Path, str], module: str, must: set[str], must_not: set[str]) -> None:
-    """dvc.yaml's code deps are each stage's import closure: a change to a module re-runs the
-    stages that import it (directly or not) and no other."""
+    """Each stage's code is its import closure (digests/<stage>.txt, written by `check`): a
+    change to a module re-runs `check`, then the stages that import it (directly or not) and
+    no other."""
     project, _ = reproduced
     importers = {stage for stage, (script, _) in STAGES.items()
                  if module in required_files(script)}
@@ -219,9 +223,12 @@ def test_touching_a_module_makes_exactly_its_importers_stale(
     original = path.read_text()
     path.write_text(original + "\n# touched\n")
     try:
+        assert _stale(project) == {"check"}        # its deps: the whole package
+        _run([str(BIN / "dvc"), "repro", "check"], project)    # the digests: seconds
         stale = _stale(project)
     finally:
         path.write_text(original)
+        _git(project, "checkout", "--", "dvc.lock", "digests")   # check's run undone
     # a stale stage also makes the stages after it stale: compare the directly changed ones
     assert importers <= stale and not must_not & stale, (module, sorted(stale))
     assert _stale(project) == set()

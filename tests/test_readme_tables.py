@@ -1,6 +1,6 @@
-"""README's recording-level table is the committed JSON it reports, rendered
-(benchmarks/recording_table.py): a figure that changes in `metrics/cv.json` or
-`benchmarks/results/cv_scenarios.json` fails here until the table is rendered again."""
+"""The recording-level table (README.md, docs/results/recording-level.md) is the committed JSON
+it reports, rendered (benchmarks/recording_table.py): a figure that changes in `metrics/cv.json`
+or `benchmarks/results/cv_scenarios.json` fails here until the table is rendered again."""
 
 from __future__ import annotations
 
@@ -22,9 +22,12 @@ def _renderer():
 
 def test_readme_table_is_rendered_from_the_committed_json() -> None:
     table = _renderer()
-    block = table.readme_block((REPO / "README.md").read_text())
-    assert block == table.current(), ("README's recording table differs from the JSON: run "
-                                      "`python benchmarks/recording_table.py --write`")
+    assert [doc.relative_to(REPO).as_posix() for doc in table.DOCS] == [
+        "README.md", "docs/results/recording-level.md"]
+    for doc in table.DOCS:
+        block = table.readme_block(doc.read_text())
+        assert block == table.current(), (f"{doc.name}'s recording table differs from the JSON: "
+                                          "run `python benchmarks/recording_table.py --write`")
 
 
 def test_a_changed_figure_changes_the_table() -> None:

@@ -1,24 +1,45 @@
 """An MLflow run lasts as long as the work it records: a stage logs its figures once they
 exist, so its run is created with the stage's start time; a fold's child run spans that
 method's work, not the moment it was logged (a real `crossval` on real split files, a real
-MLflow SQLite store)."""
+MLflow SQLite store). `evaluate` and `adapt` runs begin before the stage reads its inputs (the
+network, the field recordings). train's and tune's runs are checked where those stages already
+run (tests/test_train_stage.py, tests/test_tune_study.py)."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
+from leakpipe.adapt import stage as adapt_stage
+from leakpipe.cli import main
+from leakpipe.constants import KNOWN_CLASSES
 from leakpipe.cv.stage import CvPaths, run_cv
+from leakpipe.evaluate import stage as evaluate_stage
 from leakpipe.tracking.names import PARENT_RUN_TAG, TAG_STAGE
-from tests.helpers_detector import copied_store, one_torch_thread
+from tests.conftest import PARAMS
+from tests.helpers_detector import (
+    copied_store,
+    known_detector,
+    leak_probs,
+    one_torch_thread,
+    restore_logging,
+    write_plan,
+    write_prob_split,
+)
 from tests.helpers_h5 import write_splits
+from tests.test_adapt_stage import _args as adapt_args
+from tests.test_adapt_stage import _project as adapt_project
 
 REPO = Path(__file__).resolve().parents[1]
 torch_thread = pytest.fixture(one_torch_thread)
+_keep_logging = pytest.fixture(autouse=True)(restore_logging)
 
 
 def _params(tmp: Path) -> Path:
@@ -67,3 +88,62 @@ def test_the_crossval_run_and_its_children_last_as_long_as_their_work(
     # the folds ran one after another: their CNN spans do not overlap
     spans = sorted((c.start_time, c.end_time) for c in cnn)
     assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:], strict=False))
+
+
+def _timed(monkeypatch: pytest.MonkeyPatch, module: Any, name: str) -> list[float]:
+    """Record when ``module.name`` is first called (it still runs): the times, filled later."""
+    calls: list[float] = []
+    real: Callable[..., Any] = getattr(module, name)
+
+    def timed(*args: Any, **kwargs: Any) -> Any:
+        calls.append(time.time())
+        return real(*args, **kwargs)
+    monkeypatch.setattr(module, name, timed)
+    return calls
+
+
+def _only_run(uri: str, stage: str) -> Any:
+    client = MlflowClient(uri)
+    experiments = [e.experiment_id for e in client.search_experiments()]
+    runs = client.search_runs(experiments, f"tags.`{TAG_STAGE}` = '{stage}'")
+    (run,) = [r for r in runs if PARENT_RUN_TAG not in r.data.tags]
+    return run.info
+
+
+@pytest.mark.slow
+def test_the_evaluate_run_begins_before_the_network_is_read(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, torch_thread: None) -> None:
+    uri = copied_store(tmp_path / "mlruns")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.setenv("DVC_ROOT", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    known_detector(tmp_path / "models" / "model.pt", binary=True)
+    rng = np.random.default_rng(0)
+    for split, n in (("val", 24), ("test", 16)):
+        labels = np.repeat(rng.integers(0, len(KNOWN_CLASSES), n // 2), 2)
+        write_prob_split(tmp_path / "data" / "processed" / f"{split}.h5",
+                         leak_probs(rng, labels, KNOWN_CLASSES), labels, split=split,
+                         recording_ids=[f"{split}-r{i // 2}" for i in range(n)])
+    write_plan(tmp_path / "reports" / "preload.json")
+    params = yaml.safe_load(PARAMS.read_text())
+    params["evaluate"]["bootstrap_resamples"] = 20          # intervals are not the point here
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    loaded = _timed(monkeypatch, evaluate_stage, "load_network")
+    assert main(["evaluate", "--params", "params.yaml", "--unvalidated", "--no-progress"]) == 0
+    done = time.time()
+    run = _only_run(uri, "evaluate")
+    assert run.start_time <= round(loaded[0] * 1000) + 1 < run.end_time <= done * 1000 + 1
+
+
+@pytest.mark.slow
+def test_the_adapt_run_begins_before_the_field_recordings_are_read(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, torch_thread: None) -> None:
+    uri = copied_store(tmp_path / "mlruns")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.setenv("DVC_ROOT", str(tmp_path))
+    files = adapt_project(tmp_path, rounds=1)
+    decoding = _timed(monkeypatch, adapt_stage, "load_field")
+    assert main(adapt_args(tmp_path, files)) == 0
+    done = time.time()
+    run = _only_run(uri, "adapt")
+    assert run.start_time <= round(decoding[0] * 1000) + 1 < run.end_time <= done * 1000 + 1

@@ -1,12 +1,16 @@
 """The served detector's domain columns: on a detector that carries a domain reference, the
 MLflow model answers ``domain`` / ``domain_distance`` / ``domain_reason`` as `leakpipe predict`
 writes them for the same recordings (tests/test_serve.py's detector has no reference, so every
-answer there is ``unknown``).
+answer there is ``unknown``); and what a person reads on one scale: predict's CSV, the served
+answer and `leakpipe explain`'s JSON give the same calibrated ``threshold`` and ``leak_prob``
+and the same ``verdict`` (UNCERTAIN for a shifted recording, with its reason and the `leakpipe
+cv` command in its notes).
 
 Real pieces: a random-weight detector whose reference is fitted on white-noise recordings
-(as tests/test_domain.py fits it), logged as evaluate logs it into a SQLite MLflow store,
-answered through MLflow's scoring-server handler (the JSON that `leakpipe serve` returns), and
-predict's CSV of the same WAVs.
+(as tests/test_domain.py fits it) and with a Platt calibration (so the raw and the calibrated
+threshold differ), logged as evaluate logs it into a SQLite MLflow store, answered through
+MLflow's scoring-server handler (the JSON that `leakpipe serve` returns), predict's CSV and
+explain's files of the same WAVs.
 """
 
 from __future__ import annotations
@@ -25,9 +29,10 @@ import torch
 from leakpipe.cli import main
 from leakpipe.constants import BINARY_CLASSES
 from leakpipe.decision import domain as dm
+from leakpipe.decision.calibration import Calibration
 from leakpipe.detector import Detector, load_detector, save_detector
 from leakpipe.model import create_model
-from leakpipe.predict import prepare
+from leakpipe.predict_inputs import prepare
 from leakpipe.serve.model import log_served_detector
 from leakpipe.tracking import start_run
 from tests.helpers_detector import (
@@ -47,6 +52,8 @@ SECONDS = 2.0
 # (name, gain dB, sample rate): like the reference's recordings; half the rate (nothing above
 # 1024 Hz: shifted, band); 40 dB quieter (shifted, level)
 WAVS = [("like.wav", 0.0, RATE), ("narrow.wav", 0.0, RATE // 2), ("quiet.wav", -40.0, RATE)]
+# the raw threshold 0.5 maps to leak_prob sigmoid(0.75) = 0.6792: two scales to confuse
+CALIBRATION = Calibration(method="platt", slope=2.0, intercept=0.75, fitted_on=36, note="")
 
 
 def _noise(path: Path, rng: np.random.Generator, gain_db: float, rate: int = RATE) -> Path:
@@ -63,7 +70,7 @@ def _profile(path: Path, detector: Detector) -> np.ndarray:
 
 def _with_reference(path: Path, root: Path) -> Path:
     """The detector file ``path`` with a reference of 24 train / 12 val white-noise
-    recordings within +-3 dB of one another."""
+    recordings within +-3 dB of one another, and ``CALIBRATION``."""
     detector = load_detector(path)
     rng = np.random.default_rng(0)
     train = [_profile(_noise(root / f"t{i}.wav", rng, rng.uniform(-3, 3)), detector)
@@ -71,7 +78,7 @@ def _with_reference(path: Path, root: Path) -> Path:
     val = [_profile(_noise(root / f"v{i}.wav", rng, rng.uniform(-3, 3)), detector)
            for i in range(12)]
     ref = dm.fit_threshold(dm.fit_reference(np.stack(train)), np.stack(val))
-    save_detector(path, dataclasses.replace(detector, domain=ref))
+    save_detector(path, dataclasses.replace(detector, domain=ref, calibration=CALIBRATION))
     return path
 
 
@@ -138,3 +145,45 @@ def test_served_domain_columns_are_predicts(served: Served) -> None:
     threshold = load_detector(served.detector).domain.threshold
     assert by_id["like.wav"]["domain_distance"] <= threshold < by_id["quiet.wav"][
         "domain_distance"]
+
+
+def test_one_threshold_on_the_leak_prob_scale_and_the_verdict(
+        served: Served, capsys: pytest.CaptureFixture[str]) -> None:
+    """predict's CSV, the served answer and explain's JSON of the same recordings: one
+    threshold, the operating point on the calibrated leak_prob scale, with leak_prob >=
+    threshold exactly when the model calls LEAK; the same verdict and notes: the in-domain
+    recording is LEAK / NOLEAK, the two shifted ones UNCERTAIN (the model's call and leak_prob
+    kept), their notes naming the reason and the `leakpipe cv` command."""
+    out, why = served.root / "one_scale.csv", served.root / "why"
+    assert main(["predict", *map(str, served.wavs), "--model", str(served.detector),
+                 "--out", str(out), "--no-progress", "--device", "cpu"]) == 0
+    assert " 2 UNCERTAIN (out of domain; " in capsys.readouterr().out   # the summary line
+    assert main(["explain", *map(str, served.wavs), "--model", str(served.detector),
+                 "--out", str(why), "--device", "cpu"]) == 0
+    lines = capsys.readouterr().out
+    rows, answers = read_predictions(out), {a["id"]: a for a in _answers(served)}
+    detector = load_detector(served.detector)
+    threshold = round(detector.prob_threshold, 4)
+    assert threshold == 0.6792 and detector.threshold == 0.5
+    for name, *_ in WAVS:
+        row, answer = rows[name], answers[name]
+        explained = json.loads((why / name.replace(".wav", ".json")).read_text())
+        assert float(row["threshold"]) == answer["threshold"] == explained["threshold"] \
+            == threshold, name
+        assert float(row["leak_prob"]) == answer["leak_prob"] == explained["leak_prob"], name
+        for call in (answer, explained, {**row, "leak_prob": float(row["leak_prob"])}):
+            assert (call["leak_prob"] >= threshold) == (call["decision"] == "LEAK"), name
+        assert row["verdict"] == answer["verdict"] == explained["verdict"], name
+        assert row["notes"] == answer["notes"] == explained["notes"], name
+        assert explained["raw_threshold"] == 0.5
+    assert rows["like.wav"]["verdict"] == rows["like.wav"]["decision"] in ("LEAK", "NOLEAK")
+    assert "leakpipe cv" not in rows["like.wav"]["notes"]
+    for name in ("narrow.wav", "quiet.wav"):
+        row = rows[name]
+        assert (row["domain"], row["verdict"]) == ("shifted", "UNCERTAIN")
+        assert row["decision"] in ("LEAK", "NOLEAK") and row["leak_prob"] != ""
+        assert row["domain_reason"] and row["domain_reason"] in row["notes"]
+        assert "`leakpipe cv --source " in row["notes"]
+        assert f"{name}: UNCERTAIN (leak_prob {float(row['leak_prob']):.4f}, threshold " \
+               f"0.6792; the model's call {row['decision']}; domain shifted: " \
+               f"{row['domain_reason']})" in lines

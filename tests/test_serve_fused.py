@@ -27,7 +27,7 @@ from leakpipe.cli import main
 from leakpipe.config import load_section
 from leakpipe.decision.domain import IN, SHIFTED, UNKNOWN_CHECK, DomainCheck
 from leakpipe.features.recording_stats import recording_stats
-from leakpipe.predict import score_segments
+from leakpipe.predict_scoring import score_segments
 from leakpipe.runtime import make_runtime
 from leakpipe.serve.fused import combined_domain
 from leakpipe.serve.model import OUTPUT_COLUMNS
@@ -126,6 +126,12 @@ def test_served_fused_detector_decides_recordings_and_refuses_a_dead_logger(
     low = answers["low-rate"]                  # a band the statistics part reads is missing
     assert low["status"] == "ok" and low["band_limited"] is True and low["duration_s"] == 6.0
     assert low["domain"] == "shifted" and low["domain_reason"].startswith("logger_stats band: ")
+    # shifted: UNCERTAIN, the model's call and leak_prob kept, the notes say why and what to do
+    assert low["verdict"] == "UNCERTAIN" and low["decision"] in ("LEAK", "NOLEAK")
+    assert low["leak_prob"] is not None and low["domain_reason"] in low["notes"]
+    assert "`leakpipe cv --source " in low["notes"]
+    assert [answers[n]["verdict"] for n in ("leak", "traffic", "zeros", "constant")] == [
+        "LEAK", "NOLEAK", "UNUSABLE", "UNUSABLE"]
 
 
 def test_a_recording_too_short_for_a_clip_is_an_error_and_the_others_are_answered(
@@ -156,6 +162,7 @@ def test_served_answers_are_predicts_rows(shipped: Shipped, tmp_path: Path) -> N
     for a in answers:
         row = rows[a["id"]]
         assert (a["status"], a["decision"]) == (row["status"], row["decision"])
+        assert (a["verdict"], a["domain"]) == (row["verdict"], row["domain"])
         if row["leak_prob"]:
             assert a["leak_prob"] == pytest.approx(float(row["leak_prob"]), abs=1e-4)
         assert a["threshold"] == float(row["threshold"])

@@ -111,6 +111,12 @@ def test_served_stats_detector_decides_recordings_and_refuses_a_dead_logger(
     low = answers["low-rate"]                            # a band the model reads is missing
     assert low["status"] == "ok" and low["band_limited"] is True
     assert low["domain"] == "shifted" and low["domain_reason"].startswith("band: ")
+    # shifted: UNCERTAIN, the model's call and leak_prob kept, the notes say why and what to do
+    assert low["verdict"] == "UNCERTAIN" and low["decision"] in ("LEAK", "NOLEAK")
+    assert low["leak_prob"] is not None and low["domain_reason"] in low["notes"]
+    assert "`leakpipe cv --source " in low["notes"]
+    assert [answers[n]["verdict"] for n in ("leak", "traffic", "zeros", "constant")] == [
+        "LEAK", "NOLEAK", "UNUSABLE", "UNUSABLE"]
 
 
 def test_served_answers_are_predicts_rows(shipped: Shipped, tmp_path: Path) -> None:
@@ -130,6 +136,7 @@ def test_served_answers_are_predicts_rows(shipped: Shipped, tmp_path: Path) -> N
     for a in answers:
         row = rows[a["id"]]
         assert (a["status"], a["decision"]) == (row["status"], row["decision"])
+        assert (a["verdict"], a["domain"]) == (row["verdict"], row["domain"])
         if row["leak_prob"]:
             assert a["leak_prob"] == float(row["leak_prob"])
         assert a["threshold"] == float(row["threshold"])

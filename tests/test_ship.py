@@ -4,6 +4,7 @@ real MLflow SQLite store, the real command."""
 
 from __future__ import annotations
 
+import csv
 import json
 from pathlib import Path
 
@@ -129,8 +130,19 @@ def test_ship_fits_a_logger_stats_detector_that_loads_and_decides(
     moved = detector.contributions(leak)
     assert set(moved) == set(detector.net.names) and any(v != 0 for v in moved.values())
     rows = (out / "predictions.csv").read_text().splitlines()
-    assert rows[0] == "split,recording_id,group,truth,score,leak_prob,leak_decision"
+    assert rows[0] == "split,recording_id,group,truth,leak_prob,decision,threshold,raw_score"
     assert len(rows) == 1 + 24                                       # val and test recordings
+    # predict's names on predict's scale: the shown leak_prob reaches the shown threshold
+    # exactly when the call is LEAK, and the threshold is the detector file's
+    with (out / "predictions.csv").open(newline="") as handle:
+        table = list(csv.DictReader(handle))
+    assert {r["threshold"] for r in table} == {str(round(detector.prob_threshold, 4))}
+    assert all((float(r["leak_prob"]) >= float(r["threshold"])) == (r["decision"] == "LEAK")
+               for r in table)
+    assert all((float(r["raw_score"]) >= detector.threshold) == (r["decision"] == "LEAK")
+               for r in table if abs(float(r["raw_score"]) - detector.threshold) > 1e-6)
+    test_leaks = sum(r["decision"] == "LEAK" for r in table if r["split"] == "test")
+    assert test_leaks == report["test"]["recording_tp"] + report["test"]["recording_fp"]
     # the shipped detector is the registry's candidate, described by its own card
     card = (out / "card.md").read_text()
     sha = file_sha256(out / "shipped.pt")

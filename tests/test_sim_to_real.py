@@ -25,6 +25,7 @@ from leakpipe.constants import KNOWN_CLASSES
 from leakpipe.data.reader import open_split
 from leakpipe.detector import load_detector
 from leakpipe.errors import DataError
+from leakpipe.files import file_sha256
 from leakpipe.realcheck import metrics
 from leakpipe.realcheck.fewshot import FewShotConfig, data_labels, time_split, write_fold
 from leakpipe.realcheck.metrics import ClipTable
@@ -205,6 +206,8 @@ def _shared() -> dict:
 def test_sim_to_real_end_to_end(tmp_path: Path, real_like: Path, detector_file: Path) -> None:
     cfg = FewShotConfig(epochs=2, batch_size=64, finetune_lr=1e-8, scratch_lr=1e-2)
     summary = sim_to_real(detector_file, real_like, _base_cfg(), cfg, resamples=50, **_shared())
+    # the model card quotes these figures only for the file of this sha256
+    assert summary["detector"]["sha256"] == file_sha256(detector_file)
 
     zero = summary["zero_shot"]
     assert zero["overall"]["n_clips"] == 16

@@ -54,7 +54,8 @@ def test_the_card_says_what_the_detector_reads_and_weighs() -> None:
     assert "per octave band at 250, 1000 Hz, floor -160 dB" in model
     assert f"Uses 3 of the {len(stat_names(SPEC))} statistics" in model
     assert "L2 logistic regression (C 0.1): `level_p10`, `level_spread`, `band1000_rel`." in model
-    assert "threshold 0.42 on the model's probability (leak_prob 0.420" in model
+    assert "threshold 0.4200 on `leak_prob` (Platt-calibrated; raw model probability 0.4200)" \
+        in model
     assert "chosen by max_f1" in model and "(`build.quality.reject`): dead" in model
     rows = [line.split("|")[1].strip() for line in model.splitlines()
             if line.startswith("| ") and not line.startswith("| statistic")]

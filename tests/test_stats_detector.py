@@ -22,6 +22,8 @@ from leakpipe.stats_detector import StatsDetector, load_any_detector
 from tests.helpers_detector import copied_store
 from tests.test_ship import RATE, SPEC, _cv, _recording, _splits
 
+LOW_RATE = 1000          # Hz: the 1000 Hz octave band lies above its Nyquist frequency
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -126,9 +128,48 @@ def test_explain_gives_the_exact_contributions(shipped: Path, tmp_path: Path) ->
     ex = json.loads((out / "leak.json").read_text())
     assert ex["kind"] == "logger_stats" and ex["decision"] == "LEAK"
     logit = ex["logit_bias"] + sum(c["contribution"] for c in ex["contributions"])
-    assert 1.0 / (1.0 + math.exp(-logit)) == pytest.approx(ex["score"], abs=1e-5)
+    assert 1.0 / (1.0 + math.exp(-logit)) == pytest.approx(ex["raw_score"], abs=1e-5)
     sizes = [abs(c["contribution"]) for c in ex["contributions"]]
     assert sizes == sorted(sizes, reverse=True)
     assert (out / "leak.png").stat().st_size > 0
     assert main(["explain", str(wavs["dead"]), "--model", str(shipped), "--out",
                  str(out)]) == 3                                         # unusable: no call
+    # the call on predict's one scale: predict's CSV row of the same file says the same
+    assert main(["predict", str(wavs["leak"]), "--model", str(shipped), "--out",
+                 str(tmp_path / "pred.csv"), "--no-progress"]) == 0
+    row = _rows(tmp_path / "pred.csv")["leak"]
+    for key in ("verdict", "decision", "domain", "domain_reason"):
+        assert ex[key] == row[key], key
+    assert (ex["leak_prob"], ex["threshold"]) == (float(row["leak_prob"]),
+                                                  float(row["threshold"]))
+    assert ex["raw_threshold"] == load_any_detector(shipped).threshold != ex["threshold"]
+
+
+def test_predict_gives_the_statistics_domain_check_and_the_verdict(
+        shipped: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """predict's rows of a logger_stats detector carry the statistics' domain check, as the
+    served detector answers it, and the verdict: a recording whose rate leaves a statistic the
+    model reads missing is shifted, UNCERTAIN (the model's call kept), its notes the reason and
+    the `leakpipe cv` command; in-domain ones are LEAK / NOLEAK, a dead logger UNUSABLE."""
+    wavs = _wavs(tmp_path / "recs")
+    low = _recording(np.random.default_rng(12), True)[: 6 * LOW_RATE]
+    sf.write(tmp_path / "recs" / "low.wav", low, LOW_RATE, subtype="PCM_16")
+    out = tmp_path / "pred.csv"
+    assert main(["predict", str(tmp_path / "recs"), "--model", str(shipped), "--out", str(out),
+                 "--no-progress"]) == 0
+    rows = _rows(out)
+    assert set(rows) == {*wavs, "low"}
+    for name, call in (("leak", "LEAK"), ("traffic", "NOLEAK")):
+        r = rows[name]
+        assert (r["domain"], r["domain_reason"], r["verdict"]) == ("in", "", call)
+        assert 0.0 <= float(r["domain_distance"]) <= 1.0
+        assert "leakpipe cv" not in r["notes"]
+    shifted = rows["low"]
+    assert shifted["status"] == "ok" and shifted["domain"] == "shifted"
+    assert shifted["verdict"] == "UNCERTAIN" and shifted["decision"] in ("LEAK", "NOLEAK")
+    assert shifted["leak_prob"] != ""                      # kept: the model's answer
+    assert shifted["domain_reason"].startswith("band: ")
+    assert shifted["domain_reason"] in shifted["notes"]
+    assert "leakpipe cv --source" in shifted["notes"]
+    assert rows["dead"]["verdict"] == "UNUSABLE" and rows["dead"]["domain"] == ""
+    assert "1 UNCERTAIN" in capsys.readouterr().out        # the summary line counts them

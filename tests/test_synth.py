@@ -14,6 +14,7 @@ from scipy.signal import welch
 
 from leakpipe.audio import sources as src
 from leakpipe.audio import spectral, synth, tones_transients
+from leakpipe.audio.benchmark_recording import HEADROOM_DB, render_recording
 from leakpipe.audio.site import MATERIALS, Site, draw_site
 from leakpipe.config import SynthConfig, load_section
 from leakpipe.constants import KNOWN_CLASSES, MANIFEST_NAME
@@ -48,7 +49,7 @@ def centroid(x: np.ndarray) -> float:
 
 
 def mean_psd(cfg: SynthConfig, site: Site, cls: str, count: int) -> tuple[np.ndarray, ...]:
-    spectra = [psd(synth.render_recording(cfg, site, cls, i)) for i in range(count)]
+    spectra = [psd(render_recording(cfg, site, cls, i)) for i in range(count)]
     return spectra[0][0], np.mean([p for _, p in spectra], axis=0)
 
 
@@ -151,8 +152,8 @@ def test_same_seed_gives_identical_bytes_and_another_seed_does_not(tmp_path):
 def test_render_does_not_depend_on_order():
     site = draw_site(BASE.seed, 2, (SR,))
     keys = [(cls, i) for cls in ("LEAK", "CRACK") for i in range(2)]
-    forward = {k: synth.render_recording(BASE, site, *k) for k in keys}
-    backward = {k: synth.render_recording(BASE, site, *k) for k in reversed(keys)}
+    forward = {k: render_recording(BASE, site, *k) for k in keys}
+    backward = {k: render_recording(BASE, site, *k) for k in reversed(keys)}
     assert all(np.array_equal(forward[k], backward[k]) for k in keys)
     assert not np.array_equal(forward[("LEAK", 0)], forward[("LEAK", 1)])
 
@@ -258,7 +259,7 @@ def test_normal_flow_noise_is_lower_than_leak_noise_in_metal_pipes():
 @pytest.mark.parametrize("index", range(4))
 def test_background_shows_a_mains_hum_peak(index):
     site = draw_site(BASE.seed, index, (SR,))
-    x = synth.render_recording(dataclasses.replace(BASE, duration_s=4.0), site, "BACKGROUND", 0)
+    x = render_recording(dataclasses.replace(BASE, duration_s=4.0), site, "BACKGROUND", 0)
     freqs, power = psd(x, nperseg=4 * SR)  # 0.25 Hz bins
     low = (freqs > 40) & (freqs < 70)
     assert abs(freqs[low][np.argmax(power[low])] - site.mains_hz) < 0.5
@@ -271,9 +272,9 @@ def test_crack_is_impulsive_and_leak_is_sustained():
         energy = (x[: x.size // 256 * 256].reshape(-1, 256) ** 2).mean(axis=1)
         return float(energy.max() / np.median(energy))
 
-    crack = [crest_of_frame_energy(synth.render_recording(cfg, METAL, "CRACK", i))
+    crack = [crest_of_frame_energy(render_recording(cfg, METAL, "CRACK", i))
              for i in range(4)]
-    leak = [crest_of_frame_energy(synth.render_recording(cfg, METAL, "LEAK", i))
+    leak = [crest_of_frame_energy(render_recording(cfg, METAL, "LEAK", i))
             for i in range(4)]
     assert min(crack) > 5 * max(leak)
 
@@ -291,9 +292,9 @@ def test_recordings_without_clip_share_never_clip(tmp_path):
     for site_index in range(3):
         site = draw_site(cfg.seed, site_index, (SR,))
         for cls in KNOWN_CLASSES:
-            x = synth.render_recording(cfg, site, cls, 0)
+            x = render_recording(cfg, site, cls, 0)
             assert x.dtype == np.float32
-            assert np.max(np.abs(x)) <= 10 ** (-synth.HEADROOM_DB / 20) + 1e-6
+            assert np.max(np.abs(x)) <= 10 ** (-HEADROOM_DB / 20) + 1e-6
     synth.generate(cfg, tmp_path / "raw", progress=False)
     for row in read_manifest(tmp_path / "raw"):
         pcm, _ = sf.read(tmp_path / "raw" / row["path"], dtype="int16")
@@ -302,18 +303,18 @@ def test_recordings_without_clip_share_never_clip(tmp_path):
 
 def test_clip_share_and_dc_share_make_clipped_and_offset_recordings():
     cfg = dataclasses.replace(BASE, clip_share=1.0, dc_share=1.0, duration_s=2.0)
-    x = synth.render_recording(cfg, METAL, "NORMAL", 0)
+    x = render_recording(cfg, METAL, "NORMAL", 0)
     assert np.sum(np.abs(x) >= 1.0) >= 3   # hard-clipped at full scale
-    y = synth.render_recording(dataclasses.replace(cfg, clip_share=0.0), METAL, "NORMAL", 0)
+    y = render_recording(dataclasses.replace(cfg, clip_share=0.0), METAL, "NORMAL", 0)
     assert abs(float(np.mean(y))) > 0.1 * float(np.std(y))  # a DC offset well above drift
 
 
 def test_random_gain_makes_absolute_level_no_cue():
-    levels = [20 * np.log10(np.std(synth.render_recording(BASE, METAL, "LEAK", i)))
+    levels = [20 * np.log10(np.std(render_recording(BASE, METAL, "LEAK", i)))
               for i in range(12)]
     assert max(levels) - min(levels) > 15.0
     flat = dataclasses.replace(BASE, gain_db=0.0)
-    flat_levels = [20 * np.log10(np.std(synth.render_recording(flat, METAL, "BACKGROUND", i)))
+    flat_levels = [20 * np.log10(np.std(render_recording(flat, METAL, "BACKGROUND", i)))
                    for i in range(6)]
     assert max(flat_levels) - min(flat_levels) < max(levels) - min(levels)
 
@@ -338,7 +339,7 @@ def test_other_sample_rates_render_finite_unclipped_audio(sample_rate):
     cfg = dataclasses.replace(BASE, sample_rates=(sample_rate,), transient_rate_hz=2.0)
     site = draw_site(cfg.seed, 0, cfg.sample_rates)
     for cls in KNOWN_CLASSES:
-        x = synth.render_recording(cfg, site, cls, 0)
+        x = render_recording(cfg, site, cls, 0)
         assert x.shape == (sample_rate,) and np.all(np.isfinite(x))
         assert 0 < np.max(np.abs(x)) < 1.0
 

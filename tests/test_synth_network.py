@@ -15,7 +15,7 @@ import yaml
 from scipy.ndimage import median_filter
 from scipy.signal import welch
 
-from leakpipe.audio import network, synth
+from leakpipe.audio import network, network_recording, network_site, synth
 from leakpipe.audio.site import draw_site
 from leakpipe.cli import build_parser, main
 from leakpipe.config import ConfigError, SynthConfig, load_section
@@ -92,7 +92,7 @@ def test_sites_are_mostly_single_class_with_a_few_repaired(rows) -> None:
 @pytest.mark.parametrize("seed", [20250333, 1, 2])
 def test_default_size_matches_a_utility_data_set(seed: int) -> None:
     cfg = dataclasses.replace(DEFAULT, scenario="small_network", seed=seed)
-    sites = network.network_sites(cfg)
+    sites = network_site.network_sites(cfg)
     kinds = Counter(ns.kind for ns in sites)
     assert len(sites) == cfg.network_sites == 30
     assert kinds == {"leak": 17, "noleak": 9, "repaired": 4}
@@ -131,7 +131,7 @@ def test_a_sites_recordings_share_its_tonal_background(rows, audio) -> None:
 
 
 def test_the_site_machine_line_is_heard_in_its_quiet_recordings(rows, audio) -> None:
-    sites = {ns.site.site_id: ns for ns in network.network_sites(NET)}
+    sites = {ns.site.site_id: ns for ns in network_site.network_sites(NET)}
     quiet = [(row, x) for row, x in zip(rows, audio, strict=True) if row["class"] == "NOLEAK"]
     assert quiet
     for row, x in quiet:
@@ -158,7 +158,7 @@ def spread_db(x: np.ndarray) -> float:
 
 def test_leaks_range_from_the_quiet_gaps_to_above_the_loud_moments() -> None:
     sites = [ns for seed in range(6)
-             for ns in network.network_sites(dataclasses.replace(NET, seed=seed,
+             for ns in network_site.network_sites(dataclasses.replace(NET, seed=seed,
                                                                  network_sites=30))
              if ns.kind != "noleak"]
     snr = np.array([ns.leak_snr_db for ns in sites])
@@ -176,10 +176,10 @@ def test_a_leaking_pipe_is_steadier_than_a_quiet_one(rows, audio) -> None:
                           if row["class"] == c]) for c in ("LEAK", "NOLEAK")}
     assert spread["LEAK"] < spread["NOLEAK"] - 2.0, spread
     paired = []
-    for ns in network.network_sites(NET):  # the same night with and without the site's leak
+    for ns in network_site.network_sites(NET):  # the same night with and without the site's leak
         quiet = dataclasses.replace(ns, classes=("NOLEAK",) * len(ns.classes))
         leaking = dataclasses.replace(ns, classes=("LEAK",) * len(ns.classes))
-        x, y = (network.render_network_recording(NET.seed, s, 0).astype(np.float64)
+        x, y = (network_recording.render_network_recording(NET.seed, s, 0).astype(np.float64)
                 for s in (leaking, quiet))
         paired.append((spread_db(x), spread_db(y), *(np.percentile(short_time_level(z), 10)
                                                       for z in (x, y))))
@@ -189,14 +189,14 @@ def test_a_leaking_pipe_is_steadier_than_a_quiet_one(rows, audio) -> None:
 
 
 def test_a_leak_is_added_at_its_drawn_level_and_changes_nothing_else() -> None:
-    ns = next(ns for ns in network.network_sites(NET) if ns.kind == "repaired")
+    ns = next(ns for ns in network_site.network_sites(NET) if ns.kind == "repaired")
     quiet = dataclasses.replace(ns, classes=("NOLEAK",) * len(ns.classes))
     leaking = dataclasses.replace(ns, classes=("LEAK",) * len(ns.classes))
-    x = network.render_network_recording(NET.seed, leaking, 0).astype(np.float64)
-    y = network.render_network_recording(NET.seed, quiet, 0).astype(np.float64)
-    ambient = 10.0 ** ((network.AMBIENT_DBFS + ns.gain_db + ns.level_db) / 20.0)
+    x = network_recording.render_network_recording(NET.seed, leaking, 0).astype(np.float64)
+    y = network_recording.render_network_recording(NET.seed, quiet, 0).astype(np.float64)
+    ambient = 10.0 ** ((network_site.AMBIENT_DBFS + ns.gain_db + ns.level_db) / 20.0)
     leak_db = 20 * np.log10(np.std(x - y) / ambient)
-    assert abs(leak_db - ns.leak_snr_db) <= network.LEAK_NIGHT_DB + 0.2
+    assert abs(leak_db - ns.leak_snr_db) <= network_recording.LEAK_NIGHT_DB + 0.2
     assert 20 * np.log10(np.std(x) / np.std(y)) > 0.0
 
 
@@ -207,19 +207,19 @@ def test_a_leak_is_added_at_its_drawn_level_and_changes_nothing_else() -> None:
 def test_one_networks_loggers_share_a_gain(seed: int) -> None:
     """Loggers of one network are one model set up alike: their gains differ by their own
     small spread around the network's gain, so absolute levels compare across its sites."""
-    gains = np.array([ns.gain_db for ns in network.network_sites(
+    gains = np.array([ns.gain_db for ns in network_site.network_sites(
         dataclasses.replace(NET, seed=seed, network_sites=30))])
-    shared = network.network_gain_db(seed)
-    assert abs(shared) <= network.NETWORK_GAIN_DB
-    assert np.all(np.abs(gains - shared) <= network.LOGGER_GAIN_DB)
-    assert np.ptp(gains) <= 2 * network.LOGGER_GAIN_DB < 2 * network.NETWORK_GAIN_DB
-    assert len({round(network.network_gain_db(s), 6) for s in range(6)}) == 6  # per network
+    shared = network_site.network_gain_db(seed)
+    assert abs(shared) <= network_site.NETWORK_GAIN_DB
+    assert np.all(np.abs(gains - shared) <= network_site.LOGGER_GAIN_DB)
+    assert np.ptp(gains) <= 2 * network_site.LOGGER_GAIN_DB < 2 * network_site.NETWORK_GAIN_DB
+    assert len({round(network_site.network_gain_db(s), 6) for s in range(6)}) == 6  # per network
 
 
 def test_the_loggers_gain_sets_the_written_level() -> None:
-    ns = dataclasses.replace(network.network_sites(NET)[0], dc_offset=0.0)
+    ns = dataclasses.replace(network_site.network_sites(NET)[0], dc_offset=0.0)
     louder = dataclasses.replace(ns, gain_db=ns.gain_db + 6.0)
-    x, y = (network.render_network_recording(NET.seed, s, 0).astype(np.float64)
+    x, y = (network_recording.render_network_recording(NET.seed, s, 0).astype(np.float64)
             for s in (ns, louder))
     assert 20 * np.log10(np.std(y) / np.std(x)) == pytest.approx(6.0, abs=0.05)
 

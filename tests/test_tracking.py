@@ -12,7 +12,7 @@ from mlflow.tracking import MlflowClient
 
 from leakpipe import tracking
 from leakpipe.errors import DataError
-from leakpipe.tracking.names import ERROR_TAG_CHARS
+from leakpipe.tracking.names import DESCRIPTION_TAG, ERROR_TAG_CHARS
 from tests.conftest import REPO
 from tests.helpers_detector import copied_store
 
@@ -104,6 +104,53 @@ def test_failed_and_killed_runs_are_marked(tmp_path: Path,
     assert errors == {"bad": "ValueError: boom", "stopped": None,   # a stop is not an error
                       "build": "data/raw/LEAK/a.wav: not a WAV file (RIFF header missing)",
                       "child": "data/raw/LEAK/a.wav: not a WAV file (RIFF header missing)"}
+    # the run's page says why at the top: the description's last paragraph
+    last = {name: r.data.tags[DESCRIPTION_TAG].split("\n\n")[-1] for name, r in runs.items()}
+    assert last == {"bad": "FAILED: ValueError: boom", "stopped": "KILLED: KeyboardInterrupt",
+                    "build": f"FAILED: {errors['build']}", "child": f"FAILED: {errors['child']}"}
+    assert runs["bad"].data.tags[DESCRIPTION_TAG].startswith("leakpipe bad")
+
+
+def test_a_run_ends_as_its_tracker_says_and_notes_follow_the_description(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``end_as``: a block that ends normally may close its run KILLED (a pruned trial);
+    ``add_note``: paragraphs after the description's line, kept when params come later."""
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", copied_store(tmp_path / "mlruns"))
+    with tracking.start_run("pruned") as run:
+        run.add_note("pruned at step 1")
+        run.log_params({"a": 1})
+        run.end_as("KILLED")
+    with tracking.start_run("done") as done:
+        with pytest.raises(ValueError, match="not 'PRUNED'"):
+            done.end_as("PRUNED")
+    runs = {r.info.run_id: r for r in _runs(os.environ["MLFLOW_TRACKING_URI"])}
+    pruned, finished = runs[run.run_id], runs[done.run_id]
+    assert (pruned.info.status, finished.info.status) == ("KILLED", "FINISHED")
+    first, note = pruned.data.tags[DESCRIPTION_TAG].split("\n\n")
+    assert first.startswith("leakpipe pruned") and "params digest" in first
+    assert note == "pruned at step 1" and tracking.TAG_ERROR not in pruned.data.tags
+
+
+def test_a_parents_figures_stay_on_the_parent_while_a_child_is_active(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """adapt logs each round's figures on its parent (one history per metric) from inside
+    the round's child run: they must not land on the child."""
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", copied_store(tmp_path / "mlruns"))
+    with tracking.start_run("adapt") as parent:
+        for step in (1, 2):
+            with tracking.start_run(f"round {step}", parent_run_id=parent.run_id) as child:
+                child.log_metrics({"round/f1": 0.5})
+                parent.log_metrics({"val/f1": 0.1 * step}, step=step)
+                parent.set_tags({"leakpipe.rounds": str(step)})
+    client = MlflowClient(tracking_uri=os.environ["MLFLOW_TRACKING_URI"])
+    history = client.get_metric_history(parent.run_id, "val/f1")
+    assert [(m.step, round(m.value, 3)) for m in history] == [(1, 0.1), (2, 0.2)]
+    assert client.get_run(parent.run_id).data.tags["leakpipe.rounds"] == "2"
+    children = [r for r in _runs(os.environ["MLFLOW_TRACKING_URI"])
+                if r.info.run_id != parent.run_id]
+    assert len(children) == 2
+    assert all(set(r.data.metrics) == {"round/f1"} for r in children)
+    assert all("leakpipe.rounds" not in r.data.tags for r in children)
 
 
 def test_an_error_line_is_one_bounded_line() -> None:

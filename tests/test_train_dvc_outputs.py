@@ -1,14 +1,21 @@
-"""The train stage's DVC outputs come back together: model, metrics and plot data are all cached.
+"""The train stage's DVC outputs come back together, and working folders are no outputs at all.
 
 DVC deletes a stage's outputs before running it. When train then fails, `dvc checkout` restores
 what dvc.lock records from the cache; an output declared ``cache: false`` is not in the cache,
-so it used to stay missing while the model came back (issue #23, defect 6). Only the checkpoint
-folder is uncached: it is the run's working state (``persist: true``), never deleted by DVC.
+so it used to stay missing while the model came back (issue #23, defect 6). So every train
+output is cached.
+
+A stage's working folder (train's checkpoints, crossval's finished folds, adapt's rounds: what
+a killed run resumes from) is a machine's state, not a result. Declared as outputs
+(``persist: true, cache: false``) they were never pushed, so a clone that pulled everything
+still called train, crossval and adapt changed ("deleted" outputs) and `dvc repro` there ran
+them again. They are git-ignored and undeclared: DVC neither removes nor expects them.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -22,25 +29,26 @@ from tests.conftest import REPO
 DVC = Path(sys.executable).parent / "dvc"
 DVC_CONFIG = "[core]\n    no_scm = True\n"
 KINDS = ("outs", "metrics", "plots")
+WORKING = re.compile(r"--(?:checkpoints|work)\s+(\S+)")   # the resume folder a stage is given
 # The stand-in for stages/train.py: every declared output from input.txt, or fail (exit 1)
-# after DVC removed the outputs, as a crashed train does.
+# after DVC removed the outputs, as a crashed train does. Either way it leaves its working
+# state in the folder given by --work, which no declaration names.
 FAKE_TRAIN = """import json, pathlib, sys
+work = pathlib.Path(sys.argv[2])
+work.mkdir(parents=True, exist_ok=True)
 text = pathlib.Path("input.txt").read_text().strip()
+(work / "attempts").open("a").write(text + "\\n")
 if text == "fail":
     sys.exit("train failed")
-for out in sys.argv[1:]:
+for out in sys.argv[3:]:
     path = pathlib.Path(out)
     path.parent.mkdir(parents=True, exist_ok=True)
-    if path.suffix:
-        path.write_text(json.dumps({"run": text}) + "\\n")
-    else:                                          # a folder (the checkpoints)
-        path.mkdir(exist_ok=True)
-        (path / "run_id").write_text(text)
+    path.write_text(json.dumps({"run": text}) + "\\n")
 """
 
 
-def _train_stage() -> dict[str, Any]:
-    return yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]["train"]
+def _stages() -> dict[str, dict[str, Any]]:
+    return yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]
 
 
 def _outputs(stage: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -55,14 +63,26 @@ def _outputs(stage: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return found
 
 
-def test_every_train_output_but_the_checkpoint_folder_is_cached() -> None:
-    outputs = _outputs(_train_stage())
-    state = {path for path, props in outputs.items() if props.get("persist")}
-    assert state == {"checkpoints/train"}
-    uncached = sorted(p for p, props in outputs.items()
-                      if p not in state and props.get("cache", True) is False)
+def test_every_train_output_is_cached() -> None:
+    outputs = _outputs(_stages()["train"])
+    uncached = sorted(p for p, props in outputs.items() if props.get("cache", True) is False)
     assert not uncached, f"declared cache: false in dvc.yaml's train stage: {uncached}"
-    assert {"models/model.pt", "metrics/train.json", "plots/train/history.csv"} <= set(outputs)
+    assert set(outputs) == {"models/model.pt", "metrics/train.json", "plots/train/history.csv"}
+
+
+def test_working_folders_are_git_ignored_and_no_outputs() -> None:
+    stages = _stages()
+    working = {name: WORKING.findall(str(stage["cmd"])) for name, stage in stages.items()}
+    working = {name: folders for name, folders in working.items() if folders}
+    assert working == {"train": ["checkpoints/train"], "crossval": ["checkpoints/crossval"],
+                       "adapt": ["checkpoints/adapt"]}
+    declared = [(name, path) for name, stage in stages.items() for path, props in
+                _outputs(stage).items() if path.startswith("checkpoints") or props.get("persist")]
+    assert declared == [], "a working folder declared as a DVC output"
+    folders = [folder for found in working.values() for folder in found]
+    ignored = subprocess.run(["git", "check-ignore", "--no-index", *folders], cwd=REPO,
+                             capture_output=True, text=True, check=False).stdout.split()
+    assert ignored == folders
 
 
 def _dvc(root: Path, *args: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
@@ -75,11 +95,13 @@ def _dvc(root: Path, *args: str, ok: bool = True) -> subprocess.CompletedProcess
 
 @pytest.mark.slow
 def test_dvc_checkout_after_a_failed_train_restores_every_output(tmp_path: Path) -> None:
-    """The real train stage's outputs (the declarations as in dvc.yaml, a stand-in command)
-    in a DVC project without git: repro, a failed repro, `dvc checkout`."""
-    declared = _train_stage()
+    """The real train stage's outputs (the declarations as in dvc.yaml, a stand-in command
+    with an undeclared working folder) in a DVC project without git: repro, a failed repro,
+    `dvc checkout`. The working folder is left alone throughout and never makes the stage
+    changed."""
+    declared = _stages()["train"]
     outputs = _outputs(declared)
-    stage = {"cmd": f"python fake_train.py {' '.join(outputs)}",
+    stage = {"cmd": f"python fake_train.py --work work/train {' '.join(outputs)}",
              "deps": ["fake_train.py", "input.txt"],
              **{kind: declared[kind] for kind in KINDS if kind in declared}}
     (tmp_path / "dvc.yaml").write_text(yaml.safe_dump({"stages": {"train": stage}}))
@@ -88,11 +110,16 @@ def test_dvc_checkout_after_a_failed_train_restores_every_output(tmp_path: Path)
     (tmp_path / ".dvc").mkdir()
     (tmp_path / ".dvc" / "config").write_text(DVC_CONFIG)       # as `dvc init --no-scm`
     _dvc(tmp_path, "repro")
-    files = [p for p in outputs if not outputs[p].get("persist")]
-    good = {p: (tmp_path / p).read_bytes() for p in files}
+    good = {p: (tmp_path / p).read_bytes() for p in outputs}
     (tmp_path / "input.txt").write_text("fail\n")
     _dvc(tmp_path, "repro", ok=False)
-    assert not [p for p in files if (tmp_path / p).exists()]     # DVC removed them first
+    assert not [p for p in outputs if (tmp_path / p).exists()]   # DVC removed them first
+    attempts = tmp_path / "work" / "train" / "attempts"
+    assert attempts.read_text() == "good\nfail\n"                 # ... but not the working state
+    (tmp_path / "input.txt").write_text("good\n")
     _dvc(tmp_path, "checkout", "--force")
     assert {p: (tmp_path / p).read_bytes() if (tmp_path / p).exists() else None
-            for p in files} == good
+            for p in outputs} == good
+    assert "up to date" in _dvc(tmp_path, "status").stdout
+    (tmp_path / "work" / "train" / "attempts").unlink()           # a machine without the state
+    assert "up to date" in _dvc(tmp_path, "status").stdout

@@ -16,6 +16,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -32,6 +33,7 @@ from leakpipe.train.fit import FitOptions, FitResult, fit
 from leakpipe.train.inputs import prepare_training
 from leakpipe.train.interrupt import StopRequested
 from tests.conftest import REPO
+from tests.helpers_shared import built_once
 from tests.test_checkpoint import OWN_TEMPORARIES, USER_FILES, _litter
 from tests.test_train_stage import (
     Workspace,
@@ -85,15 +87,26 @@ class Reference:
     uri: str
 
 
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory: pytest.TempPathFactory) -> Reference:
-    """One uninterrupted run; every interrupted run of the module must end exactly like it."""
-    root = tmp_path_factory.mktemp("signals")
+def _reference_run(root: Path) -> dict[str, Any]:
+    """Workspace, store and one uninterrupted run in ``root``; their paths as JSON."""
     ws = make_workspace(root, files_per_class=FILES_PER_CLASS, train=SIGNAL_TRAIN,
                         monitor=QUIET_MONITOR)
     uri = fresh_mlflow_uri(root)
     _finish(ws, uri)
-    return Reference(ws, uri)
+    fields = {k: str(v) for k, v in dataclasses.asdict(ws).items() if k != "data"}
+    return {"ws": {**fields, "data": {s: str(p) for s, p in ws.data.items()}}, "uri": uri}
+
+
+@pytest.fixture(scope="session")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> Reference:
+    """One uninterrupted run; every interrupted run here and in tests/test_faults.py must end
+    exactly like it. Built once per session for both modules, whichever worker runs them
+    (``tests.helpers_shared``): each interrupted run writes its own params file and output
+    folder beside it (``_with_params``), never the reference's."""
+    made = built_once(tmp_path_factory, "signals-reference", _reference_run)
+    ws = {k: Path(v) for k, v in made["ws"].items() if k != "data"}
+    data = {s: Path(p) for s, p in made["ws"]["data"].items()}
+    return Reference(Workspace(**ws, data=data), made["uri"])
 
 
 def _assert_same_result(ws: Workspace, ref: Workspace) -> None:

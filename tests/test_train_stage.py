@@ -10,15 +10,14 @@ from __future__ import annotations
 import atexit
 import dataclasses
 import json
-import logging
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import h5py
 import mlflow
 import numpy as np
 import pytest
@@ -28,17 +27,14 @@ import yaml
 from leakpipe import cli, tracking
 from leakpipe.build import file_sha256
 from leakpipe.config import PreloadConfig, from_mapping, load_section
-from leakpipe.constants import KNOWN_CLASSES, PLACEMENT_STREAM
-from leakpipe.data.reader import open_split
+from leakpipe.constants import KNOWN_CLASSES
 from leakpipe.data.writer import SplitWriter
 from leakpipe.detector import load_detector, load_network
 from leakpipe.errors import DataError
 from leakpipe.monitor.artifact import profile_title
-from leakpipe.preload import Budget, plan_training, read_shapes
-from leakpipe.preload.plan import read_plan
+from leakpipe.preload import plan_training, read_shapes
 from leakpipe.train import checkpoint as ck
-from leakpipe.train import inputs
-from leakpipe.train.outputs import history_csv, nest
+from leakpipe.train import stage
 from tests.conftest import PARAMS
 from tests.helpers_h5 import SMALL_FEATURES
 
@@ -164,6 +160,7 @@ class Trained:
     ws: Workspace
     uri: str
     rc: int
+    loading_at: float      # time.time() when the stage began loading its splits
 
 
 @pytest.fixture(scope="module")
@@ -173,10 +170,18 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Trained]:
     uri = fresh_mlflow_uri(root)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)            # tiny tensors; immune to a busy machine
+    loading: list[float] = []                 # when the stage began loading the splits
+    real = stage.prepare_training
+
+    def timed(*args: Any, **kwargs: Any) -> Any:
+        loading.append(time.time())
+        return real(*args, **kwargs)
+
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("MLFLOW_TRACKING_URI", uri)
+        mp.setattr(stage, "prepare_training", timed)
         rc = cli.main(["train", *stage_args(ws)])
-        yield Trained(ws, uri, rc)
+        yield Trained(ws, uri, rc, loading[0])
     torch.set_num_threads(threads)
     torch.use_deterministic_algorithms(False)
 
@@ -239,6 +244,25 @@ def test_mlflow_run_holds_params_epochs_artifacts_and_model(trained: Trained) ->
         run.info.run_id, "profile/profile.json", str(trained.ws.root))).read_text())
     assert profile["device"] == "cpu"                    # the figure's title: "CPU run ..."
     assert profile_title(profile).startswith("train profile: CPU run")
+
+
+def test_the_run_page_shows_curves_and_says_which_epoch_won(trained: Trained) -> None:
+    """No one-point best/* charts: the best epoch is the description's paragraph and a table
+    equal to metrics/train.json; the run began before the splits were loaded."""
+    (run,) = mlflow_runs(trained.uri)
+    client = mlflow.MlflowClient(tracking_uri=trained.uri)
+    assert not [k for k in run.data.metrics if k.startswith("best/")]
+    metrics = read_metrics(trained.ws)
+    table = json.loads(Path(client.download_artifacts(
+        run.info.run_id, stage.BEST_EPOCH_TABLE, str(trained.ws.root))).read_text())
+    rows = dict(table["data"]) if table["columns"] == ["metric", "value"] else {}
+    assert rows["epoch"] == metrics["best_epoch"]                 # MLflow's JSON: 10 digits
+    assert [rows["val/file_f1"], rows["train/loss"]] == pytest.approx(
+        [metrics["val"]["file_f1"], metrics["train"]["loss"]], rel=1e-9)
+    note = run.data.tags["mlflow.note.content"].split("\n\n")[-1]
+    assert note.startswith(f"Best epoch {metrics['best_epoch'] + 1} of 3 (step "
+                           f"{metrics['best_epoch']} in the charts): val/file_f1 ")
+    assert run.info.start_time <= round(trained.loading_at * 1000) + 1
 
 
 def test_confusion_artifact_is_the_best_epochs(trained: Trained) -> None:
@@ -323,78 +347,3 @@ def test_an_empty_split_is_refused_when_loaded(
     assert not any("Traceback" in line for line in lines)
     assert not ws.checkpoints.exists() and not ws.model.exists()
     assert not (tmp_path / "mlflow.db").exists()
-
-
-# ---------------------------------------------------------------------------------------------
-# The plan, re-checked on this machine
-# ---------------------------------------------------------------------------------------------
-
-
-def _budget(host_bytes: int) -> Budget:
-    return Budget(host_available=host_bytes, cgroup_limit=None, cgroup_usage=None, gpus=(),
-                  cuda=False, gpu_note="no GPU")
-
-
-@pytest.mark.parametrize(("placement", "host_bytes", "expected"), [
-    ("ram", 2**40, "ram"),               # still fits
-    ("ram", 2**20, PLACEMENT_STREAM),    # the host is now short of memory
-    ("device", 2**40, PLACEMENT_STREAM),  # planned on a GPU machine, trained on a CPU
-    ("stream", 2**20, PLACEMENT_STREAM),
-])
-def test_placement_is_rechecked_at_load_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                             caplog: pytest.LogCaptureFixture, placement: str,
-                                             host_bytes: int, expected: str) -> None:
-    ws = make_workspace(tmp_path, files_per_class=2)
-    plan = json.loads(ws.plan.read_text())
-    plan["placement"] = placement
-    monkeypatch.setattr("leakpipe.preload.measure_budget", lambda: _budget(host_bytes))
-    with caplog.at_level(logging.INFO):
-        got = inputs.check_placement(plan, ws.data, 32, torch.device("cpu"))
-    assert got == expected
-    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
-    assert len(warnings) == (0 if expected == placement else 1)
-    if warnings:
-        assert "streaming instead" in warnings[0].getMessage()
-
-
-def test_prepare_training_streams_when_the_plan_no_longer_fits(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    ws = make_workspace(tmp_path, files_per_class=2)
-    monkeypatch.setattr("leakpipe.preload.measure_budget", lambda: _budget(2**20))
-    cfg = load_section(ws.params, "train")
-    data = inputs.prepare_training(ws.data["train"], ws.data["val"],
-                                    read_plan(ws.plan), cfg, torch.device("cpu"))
-    try:
-        assert data.placement == PLACEMENT_STREAM
-        assert type(data.train_source).__name__ == "StreamSource"
-        assert set(data.data_id) == {"train", "val"}
-    finally:
-        data.close()
-
-
-def test_split_fingerprint_is_stable_and_follows_the_labels(tmp_path: Path) -> None:
-    a = write_easy_split(tmp_path / "a.h5", "train", 2, seed=0)
-    b = write_easy_split(tmp_path / "b.h5", "train", 2, seed=1)      # other values, same labels
-    with open_split(a) as first, open_split(a) as again, open_split(b) as other:
-        assert inputs.split_fingerprint(first) == inputs.split_fingerprint(again)
-        assert inputs.split_fingerprint(first) == inputs.split_fingerprint(other)
-    with h5py.File(b, "r+") as h5:
-        h5["labels"][0] = 1
-    with open_split(a) as first, open_split(b) as changed:
-        assert inputs.split_fingerprint(first) != inputs.split_fingerprint(changed)
-
-
-# ---------------------------------------------------------------------------------------------
-# Output helpers
-# ---------------------------------------------------------------------------------------------
-
-
-def test_nest_turns_hierarchical_names_into_groups() -> None:
-    assert nest({"val/file_f1": 1.0, "val/pred_share/LEAK": 0.2, "best_epoch": 3}) == {
-        "val": {"file_f1": 1.0, "pred_share": {"LEAK": 0.2}}, "best_epoch": 3}
-
-
-def test_history_csv_has_a_column_per_metric_and_blank_gaps() -> None:
-    text = history_csv([{"epoch": 0.0, "train/loss": 1.5},
-                        {"epoch": 1.0, "train/loss": 0.5, "perf/step_p50_ms": 2.0}])
-    assert text.splitlines() == ["epoch,perf/step_p50_ms,train/loss", "0,,1.5", "1,2.0,0.5"]

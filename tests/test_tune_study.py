@@ -94,10 +94,12 @@ def test_study_runs_to_budget_resumes_and_logs_one_parent_with_a_child_per_trial
     children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
     assert len(parents) == 1 and parents[0].info.status == "FINISHED"
     assert parents[0].info.run_name.startswith("tune p")        # stage + params digest
-    assert {r.info.run_name for r in children} == {f"trial-{n}" for n in range(4)}  # kept
+    trials = ws.study().get_trials()
+    assert {r.info.run_name for r in children} == {   # named once, kept on resume
+        objective.trial_run_name(t.number, t.state) for t in trials}
     assert {r.data.tags["mlflow.parentRunId"] for r in children} == {parents[0].info.run_id}
     assert sorted(int(r.data.tags[TAG_TRIAL]) for r in children) == [0, 1, 2, 3]
-    states = {t.number: t.state.name for t in ws.study().get_trials()}
+    states = {t.number: t.state.name for t in trials}
     assert {int(r.data.tags[TAG_TRIAL]): r.data.tags[TAG_STATE] for r in children} == states
     assert all("train.learning_rate" in r.data.params and "train/loss" in r.data.metrics
                for r in children)
@@ -215,18 +217,38 @@ def test_a_study_without_a_complete_trial_fails_the_stage(ws, monkeypatch, capsy
     assert not ws.paths.best.exists() and not ws.paths.metrics.exists()
 
 
-def test_pruned_trials_carry_their_step_in_mlflow(tmp_path: Path, mlflow_uri: str) -> None:
+def test_pruned_and_failed_trials_say_so_in_mlflow(tmp_path: Path, mlflow_uri: str,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pruned trial's run: KILLED, named so, its step tagged and described; a failed one's:
+    FAILED with the error's line; the parent run began before the study was opened."""
     space = {"model": {}, "train": {"leak_aux_weight": spec("categorical",
                                                             choices=[0.0, BAD_AUX])}}
     ws = make_workspace(tmp_path / "ws", space=space,
-                        tune={"objective": "val/loss", "n_trials": 3, "epochs": 2})
+                        tune={"objective": "val/loss", "n_trials": 4, "epochs": 2})
     study = ws.study()
-    for aux in (0.0, 0.0, BAD_AUX):
+    for aux in (0.0, 0.0, 0.0, BAD_AUX):        # the first fails; two good ones; a bad one
         study.enqueue_trial({"train.leak_aux_weight": aux})
+    monkeypatch.setattr(objective, "fit", _failing_fit([RuntimeError("boom\nmore")]))
+    opened: list[float] = []                   # when the stage opened the study
+    real_open = driver.open_study
+
+    def open_study(*args, **kwargs):
+        opened.append(time.time())
+        return real_open(*args, **kwargs)
+    monkeypatch.setattr(driver, "open_study", open_study)
     run_study(ws.params, ws.paths, progress=False)
-    pruned = [r for r in _runs(mlflow_uri) if r.data.tags.get(TAG_STATE) == "PRUNED"]
-    assert len(pruned) == 1 and pruned[0].data.tags[TAG_PRUNED_AT] == "0"
-    assert pruned[0].info.status == "FINISHED"
+    runs = {r.info.run_name: r for r in _runs(mlflow_uri)}
+    pruned, failed = runs["trial-003 (pruned)"], runs["trial-000 (failed)"]
+    assert pruned.info.status == "KILLED" and pruned.data.tags[TAG_STATE] == "PRUNED"
+    assert pruned.data.tags[TAG_PRUNED_AT] == "0"
+    assert pruned.data.tags["mlflow.note.content"].split("\n\n")[-1].startswith(
+        "Pruned at step 0: pruned after epoch 1: val/loss = ")
+    assert failed.info.status == "FAILED" and failed.data.tags[TAG_STATE] == "FAIL"
+    assert failed.data.tags["leakpipe.error"] == "RuntimeError: boom"
+    assert failed.data.tags["mlflow.note.content"].endswith("\n\nFAILED: RuntimeError: boom")
+    assert {runs[f"trial-00{n}"].info.status for n in (1, 2)} == {"FINISHED"}
+    (parent,) = [r for r in runs.values() if "mlflow.parentRunId" not in r.data.tags]
+    assert parent.info.start_time <= round(opened[0] * 1000) + 1
 
 
 def test_same_seed_same_study(tmp_path: Path) -> None:

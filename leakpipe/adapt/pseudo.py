@@ -15,12 +15,15 @@ training rows:
 3. ``pack_rows``: kept long segments become rows of the training HDF5 (n_long long segments
    per row, as a clip); the last row is filled by repeating the recording's kept segments
    from the start. Training sees short segments one by one, so a row's order is immaterial.
+
+``label_pool`` is the pseudo-label step of a round: 1 and 2 for every pool recording, with its
+labels by recording key and its counts, as the round records them.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -75,6 +78,24 @@ def pseudo_labels(scores: np.ndarray, long_probs: list[np.ndarray], threshold: f
     return out
 
 
+@dataclass(frozen=True)
+class PoolLabels:
+    """What one round makes of the whole pool."""
+
+    pseudo: tuple[Pseudo, ...]           # per recording, in the pool's order
+    labels: dict[str, int | None]        # recording key -> LEAK / NOT_LEAK / None
+    counts: dict[str, int]               # ``label_counts``
+
+
+def label_pool(keys: Sequence[str], scores: np.ndarray, long_probs: list[np.ndarray],
+               threshold: float, *, margin: float, fraction: float) -> PoolLabels:
+    """``pseudo_labels`` of the pool recordings ``keys`` (their rule scores and long-segment
+    probabilities under the round's detector, whose threshold is ``threshold``)."""
+    pseudo = pseudo_labels(scores, long_probs, threshold, margin=margin, fraction=fraction)
+    labels = {key: p.label for key, p in zip(keys, pseudo, strict=True)}
+    return PoolLabels(tuple(pseudo), labels, label_counts(pseudo))
+
+
 def pack_rows(segments: np.ndarray, n_long: int) -> np.ndarray:
     """(k, S, M, T) kept long segments -> (ceil(k / n_long), n_long, S, M, T) rows; the last
     row is completed with the first segments again."""
@@ -86,7 +107,7 @@ def pack_rows(segments: np.ndarray, n_long: int) -> np.ndarray:
     return segments[take].reshape(rows, n_long, *segments.shape[1:])
 
 
-def label_counts(pseudo: list[Pseudo]) -> dict[str, int]:
+def label_counts(pseudo: Sequence[Pseudo]) -> dict[str, int]:
     """Recordings pseudo-labelled LEAK / not LEAK / left out, and the long segments kept."""
     labels = [p.label for p in pseudo]
     return {"leak": labels.count(LEAK), "not_leak": labels.count(NOT_LEAK),

@@ -9,12 +9,13 @@ folder is emptied first, so rounds of different inputs never mix.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
 import shutil
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,15 +33,18 @@ def fingerprint(parts: Mapping[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-@dataclass
+@dataclass(frozen=True)
 class AdaptState:
-    """The rounds done so far and where they live."""
+    """The rounds done so far and where they live: the round state, one value per step.
+
+    Frozen: ``with_run``, ``added`` and ``stopped`` return the next state and write it to
+    ``state.json`` first, so the file never lags behind the value a round goes on with."""
 
     folder: Path
     fingerprint: str
     run_id: str | None = None
     stop_reason: str = ""
-    rounds: list[dict[str, Any]] = field(default_factory=list)
+    rounds: tuple[dict[str, Any], ...] = ()
 
     @classmethod
     def open(cls, folder: Path, digest: str) -> AdaptState:
@@ -51,7 +55,7 @@ class AdaptState:
             raw = json.loads(path.read_text())
             if raw.get("version") == STATE_VERSION and raw.get("fingerprint") == digest:
                 state = cls(folder, digest, raw.get("run_id"), raw.get("stop_reason", ""),
-                            list(raw.get("rounds", [])))
+                            tuple(raw.get("rounds", [])))
                 if state.rounds:
                     log.info("adapt: resuming; rounds 0..%d done in an earlier run",
                              state.rounds[-1]["round"])
@@ -63,22 +67,35 @@ class AdaptState:
         return cls(folder, digest)
 
     def round_dir(self, r: int) -> Path:
-        path = self.folder / f"round-{r:02d}"
+        """Round ``r``'s folder, made when missing."""
+        path = self._round_path(r)
         path.mkdir(parents=True, exist_ok=True)
         return path
 
-    def add(self, entry: dict[str, Any]) -> None:
-        self.rounds.append(entry)
-        self.save()
+    def _round_path(self, r: int) -> Path:
+        return self.folder / f"round-{r:02d}"
 
-    def stop(self, reason: str) -> None:
-        self.stop_reason = reason
-        self.save()
+    def with_run(self, run_id: str | None) -> AdaptState:
+        """This state in MLflow run ``run_id`` (saved: a resumed run reopens that run)."""
+        return self._saved(dataclasses.replace(self, run_id=run_id))
+
+    def added(self, entry: dict[str, Any]) -> AdaptState:
+        """This state with round ``entry`` finished (saved)."""
+        return self._saved(dataclasses.replace(self, rounds=(*self.rounds, entry)))
+
+    def stopped(self, reason: str) -> AdaptState:
+        """This state with adaptation ended for ``reason`` (saved)."""
+        return self._saved(dataclasses.replace(self, stop_reason=reason))
+
+    @staticmethod
+    def _saved(state: AdaptState) -> AdaptState:
+        state.save()
+        return state
 
     def save(self) -> None:
         write_json_atomic(self.folder / STATE_NAME, {
             "version": STATE_VERSION, "fingerprint": self.fingerprint, "run_id": self.run_id,
-            "stop_reason": self.stop_reason, "rounds": self.rounds})
+            "stop_reason": self.stop_reason, "rounds": list(self.rounds)})
 
     @property
     def seed(self) -> dict[str, Any]:
@@ -93,3 +110,9 @@ class AdaptState:
     @property
     def next_round(self) -> int:
         return len(self.rounds)
+
+    def init_weights(self, seed_detector: Path) -> Path:
+        """The weights the next round fine-tunes: the standing round's network, or the seed
+        detector itself while no round was accepted."""
+        standing = self.accepted["round"]
+        return seed_detector if standing == 0 else self._round_path(standing) / "network.pt"

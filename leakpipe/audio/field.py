@@ -14,10 +14,10 @@ a labelled check set, the rest to an unlabelled pool::
       check/manifest.csv            labelled: synth's data/raw layout
       check/<CLASS>/<site>_<CLASS>_<idx>.wav
 
-A recording is rendered by ``synth.render_recording`` at its site (its draws come from
-(field.seed, site, class, index)), plus the machine from an independent generator seeded by
-(field.seed, FIELD_STREAM, site, class, index): the output depends on nothing else, the worker
-count included. See docs/synth.md.
+A recording is rendered by ``benchmark_recording.render_recording`` at its site (its draws come
+from (field.seed, site, class, index)), plus the machine from an independent generator seeded
+by (field.seed, FIELD_STREAM, site, class, index): the output depends on nothing else, the
+worker count included. See docs/synth.md.
 """
 
 from __future__ import annotations
@@ -39,8 +39,8 @@ import soundfile as sf
 from tqdm import tqdm
 
 from leakpipe import tracking
+from leakpipe.audio import benchmark_recording, dataset_writing, synth
 from leakpipe.audio import sources as src
-from leakpipe.audio import synth
 from leakpipe.audio.site import (
     FIELD_STREAM,
     POOL_ORDER_STREAM,
@@ -108,8 +108,8 @@ def render_field_recording(cfg: SynthConfig, field_cfg: FieldConfig, site: Site,
         noise, gain, running["duty"] = src.machine_noise(rng, n, sr, site, machine, duty)
         return noise * src.in_band_gain(np.fft.rfftfreq(n, 1.0 / sr), gain, site, snr_db)
 
-    samples = synth.render_recording(cfg, site, cls, index,
-                                     extra=machine_noise if interfere else None)
+    samples = benchmark_recording.render_recording(cfg, site, cls, index,
+                                                   extra=machine_noise if interfere else None)
     return FieldRecording(samples, snr_db, running["duty"])
 
 
@@ -205,7 +205,7 @@ def _write_all(synth_cfg: SynthConfig, field_cfg: FieldConfig, root: Path,
     with open(root / CHECK_DIR / MANIFEST_NAME, "w", newline="") as fh:
         manifest = csv.writer(fh, lineterminator="\n")
         manifest.writerow(synth.MANIFEST_FIELDS)
-        recordings = synth.rendered(jobs, workers, _render_job)
+        recordings = dataset_writing.rendered(jobs, workers, _render_job)
         for item, rec in tqdm(zip(items, recordings, strict=True), total=len(items),
                               disable=not progress, desc="field", unit="rec"):
             (root / item.rel).parent.mkdir(exist_ok=True)
@@ -239,10 +239,10 @@ def generate_field(synth_cfg: SynthConfig, field_cfg: FieldConfig, out_dir: Path
     out_dir = Path(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
-    tmp = synth.sibling(out_dir, "tmp")
+    tmp = dataset_writing.sibling(out_dir, "tmp")
     try:
         pool_counts, check_counts = _write_all(synth_cfg, field_cfg, tmp, progress)
-        synth.swap_into_place(tmp, out_dir)
+        dataset_writing.swap_into_place(tmp, out_dir)
     except BaseException:  # any failure, Ctrl-C included: leave nothing half-written behind
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -3,14 +3,9 @@
 ``compare_models`` computes the stage's figures (no I/O besides reading the splits):
 
 1. features of every split (``data.read_features``);
-2. per model, every hyper-parameter combination is fitted on train and scored on val; the
-   threshold of each is chosen on val by evaluate's own ``select_operating_point`` (a clip
-   score is a file of one segment, whose ``mean`` rule is the score itself), and the
-   combination with the best criterion value wins (ties: the higher val ROC-AUC, then the
-   first in grid order);
-3. the winner is applied unchanged to test: evaluate's file-level figures and its bootstrap
-   over test recordings (same seed and resamples, so every model and the CNN are judged on the
-   same recording draws);
+2. per model, the hyper-parameters and threshold chosen on val and the figures on test
+   (``leakpipe.baselines.selection``);
+3. the CNN's test decisions aligned with the test split (``leakpipe.baselines.cnn_outputs``);
 4. the comparison: the CNN's figures from `metrics/eval.json` against the MFCC baseline with
    the highest test F1 (the strongest, so the margin is the CNN's smallest lead), and the
    level-only ROC-AUC.
@@ -21,10 +16,7 @@ and the DVC bar plot of test F1 with intervals, each atomically.
 
 from __future__ import annotations
 
-import csv
 import dataclasses
-import json
-import logging
 import math
 import time
 from collections.abc import Callable, Mapping
@@ -32,152 +24,26 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from leakpipe.baselines.data import ClipFeatures, check_compatible, read_features
-from leakpipe.baselines.models import FEATURE_SET, MFCC, hyper_grid, leak_scores, make_model
-from leakpipe.baselines.operating_point import choose_on_val
-from leakpipe.baselines.recording_figures import recording_figures
+from leakpipe.baselines.cnn_outputs import PairedTest, paired_test
+from leakpipe.baselines.data import check_compatible, read_features
+from leakpipe.baselines.models import FEATURE_SET, MFCC
+from leakpipe.baselines.selection import TEST, TRAIN, VAL, ModelResult, evaluate_model
 from leakpipe.config import BaselinesConfig, DecisionConfig, EvaluateConfig
-from leakpipe.constants import LEAK_CLASS
-from leakpipe.decision.select import OperatingPoint
-from leakpipe.decision.voting import decide
 from leakpipe.errors import DataError
-from leakpipe.evaluate.bootstrap import bootstrap_intervals, paired_f1_difference
-from leakpipe.evaluate.figures import binary_figures, interval_metrics, prefixed, ranking_metrics
+from leakpipe.evaluate.bootstrap import paired_f1_difference
 from leakpipe.files import write_json_atomic
 from leakpipe.metric_names import json_safe, nest
-from leakpipe.tracking import flatten
 
-log = logging.getLogger(__name__)
-
-TRAIN, VAL, TEST = "train", "val", "test"
 CNN = "cnn"
 LEVEL_MODEL = "level_logreg"
-STATS_MODEL = "logger_stats"
 PLOT_FILE = "comparison.json"
 COMPARED = ("file_f1", "file_roc_auc")   # figures the comparison shows, with intervals
-
-
-@dataclass(frozen=True)
-class ModelResult:
-    """One baseline at its val-chosen hyper-parameters and threshold."""
-
-    name: str
-    hyper: dict[str, Any]
-    point: OperatingPoint
-    metrics: dict[str, float]         # eval/*, val/file_*, test/file_* (+ _ci_low / _ci_high)
-    grid: list[dict[str, Any]]        # every combination tried with its val figures
-    test_decision: np.ndarray         # (F,) bool, test clips in file order: for paired intervals
-    span: tuple[float, float] | None = None   # time.time() when its fit began and its scoring ended
-
-
-@dataclass(frozen=True)
-class PairedTest:
-    """The CNN's test decisions, aligned with the test split's clips, and the bootstrap."""
-
-    truth: np.ndarray                 # (F,) bool
-    cnn_decision: np.ndarray          # (F,) bool
-    recording_id: np.ndarray          # (F,) str
-    resamples: int
-    confidence: float
-    seed: int
 
 
 @dataclass(frozen=True)
 class BaselineReport:
     results: dict[str, ModelResult]
     comparison: dict[str, Any]        # flat: best_baseline, cnn_file_f1, margin_file_f1, ...
-
-
-def model_inputs(split: ClipFeatures, name: str) -> np.ndarray:
-    return split.mfcc if FEATURE_SET[name] == MFCC else split.level
-
-
-# -- selection on val ---------------------------------------------------------------------------
-
-def fit_and_select(name: str, train: ClipFeatures, val: ClipFeatures, cfg: BaselinesConfig,
-                   ev: EvaluateConfig,
-                   decision: DecisionConfig) -> tuple[Any, dict[str, Any], OperatingPoint, list]:
-    """Fit every grid combination on train; keep the best on val (model, hyper, point, grid)."""
-    best, best_key, rows = None, None, []
-    for hyper in hyper_grid(cfg, name):
-        model = make_model(name, hyper, cfg.seed, cfg.threads)
-        model.fit(model_inputs(train, name), train.truth)
-        scores = leak_scores(model, model_inputs(val, name))
-        point = choose_on_val(scores, val.truth, ev, decision)
-        auc = ranking_metrics(val.truth, scores)["roc_auc"]
-        key = (point.met, point.value, auc if math.isfinite(auc) else -math.inf)
-        rows.append({**hyper, "val_criterion": point.value, "val_roc_auc": auc,
-                     "threshold": point.threshold})
-        if best_key is None or key > best_key:                 # first of equals wins
-            best, best_key = (model, hyper, point), key
-    model, hyper, point = best
-    log.info("%s: %s chosen on val (%s %.4f at threshold %g, %d combinations)", name, hyper,
-             ev.criterion, point.value, point.threshold, len(rows))
-    return model, hyper, point, rows
-
-
-# -- figures ------------------------------------------------------------------------------------
-
-def split_figures(name: str, split: ClipFeatures, scores: np.ndarray, decision: np.ndarray,
-                  ev: EvaluateConfig, *, bootstrap: bool) -> dict[str, float]:
-    """evaluate's file-level figures of one split's (F,) decisions (test: with intervals)."""
-    out = prefixed(f"{name}/file", binary_figures(split.truth, decision, scores))
-    if bootstrap:
-        intervals = bootstrap_intervals(split.truth, decision, scores, split.recording_id,
-                                        resamples=ev.bootstrap_resamples,
-                                        confidence=ev.confidence, seed=ev.seed)
-        out.update(interval_metrics(f"{name}/file", intervals))
-    out[f"{name}/files"] = float(split.n_files)
-    return out
-
-
-def evaluate_stats_model(splits: Mapping[str, ClipFeatures], cfg: BaselinesConfig,
-                         ev: EvaluateConfig, decision: DecisionConfig) -> ModelResult:
-    """logger_stats: ``C`` and threshold chosen by grouped inner CV over the train and val
-    recordings, refitted on both (``logger_stats.fit_and_select``), so its val figures are of
-    the val recordings' out-of-fold scores; every clip carries its recording's score, so the
-    clip figures compare with the other models', and the recording figures (the unit it
-    decides) come beside them."""
-    from leakpipe.baselines import logger_stats as ls
-
-    tables = {name: ls.read_recordings(splits[name].path) for name in (TRAIN, VAL, TEST)}
-    fit = ls.fit_and_select(tables[TRAIN], tables[VAL], cfg.logger_stats, ev, decision)
-    point = fit.point
-    metrics = {"eval/threshold": point.threshold, "eval/criterion_value": point.value,
-               "eval/target_met": float(point.met)}
-    for split_name, bootstrap in ((VAL, False), (TEST, True)):
-        table, split = tables[split_name], splits[split_name]
-        scores = (fit.val_scores if split_name == VAL                         # (R,)
-                  else ls.leak_probability(fit.net, table.stats[:, fit.used]))
-        decided = decide(scores, point.threshold)[0]
-        metrics.update(recording_figures(split_name, table.truth, decided, scores,
-                                         table.group))
-        clip = scores[table.clip_recording]                                   # (F,)
-        decision_clip = decide(clip, point.threshold)[0]
-        metrics.update(split_figures(split_name, split, clip, decision_clip, ev,
-                                     bootstrap=bootstrap))
-    return ModelResult(STATS_MODEL, {"C": fit.c, "forms": cfg.logger_stats.forms}, point,
-                       metrics, fit.grid, np.asarray(decision_clip, dtype=bool))
-
-
-def evaluate_model(name: str, splits: Mapping[str, ClipFeatures], cfg: BaselinesConfig,
-                   ev: EvaluateConfig, decision: DecisionConfig) -> ModelResult:
-    """Select on val, then apply the chosen model and threshold unchanged to test."""
-    if name == STATS_MODEL:
-        return evaluate_stats_model(splits, cfg, ev, decision)
-    model, hyper, point, rows = fit_and_select(name, splits[TRAIN], splits[VAL], cfg, ev,
-                                               decision)
-    metrics = {"eval/threshold": point.threshold, "eval/criterion_value": point.value,
-               "eval/target_met": float(point.met)}
-    for split_name, bootstrap in ((VAL, False), (TEST, True)):
-        split = splits[split_name]
-        scores = leak_scores(model, model_inputs(split, name))                # (F,)
-        decision = decide(scores, point.threshold)[0]                 # (F,) ties are LEAK
-        metrics.update(split_figures(split_name, split, scores, decision, ev,
-                                     bootstrap=bootstrap))
-    return ModelResult(name, hyper, point, metrics, rows, np.asarray(decision, dtype=bool))
 
 
 # -- comparison ---------------------------------------------------------------------------------
@@ -232,64 +98,6 @@ def compare(results: Mapping[str, ModelResult], cnn: Mapping[str, float],
 def _figures(prefix: str, metrics: Mapping[str, float]) -> dict[str, float]:
     return {f"{prefix}_{name}{suffix}": metrics.get(f"test/{name}{suffix}", math.nan)
             for name in COMPARED for suffix in ("", "_ci_low", "_ci_high")}
-
-
-# -- the CNN's side: evaluate's outputs ---------------------------------------------------------
-
-def read_eval_metrics(path: Path) -> dict[str, Any] | None:
-    """evaluate's metrics as flat ``test/file_f1`` names; None when the file does not exist."""
-    try:
-        raw = json.loads(path.read_text())
-    except FileNotFoundError:
-        log.info("%s not found: the comparison leaves the CNN out", path)
-        return None
-    except json.JSONDecodeError:
-        raise DataError(f"{path}: not valid JSON; re-run `dvc repro evaluate`") from None
-    if not isinstance(raw, dict):
-        raise DataError(f"{path}: expected a JSON object of evaluate metrics")
-    return flatten(raw, sep="/")
-
-
-def read_cnn_decisions(path: Path) -> dict[tuple[str, int], bool] | None:
-    """evaluate's test decisions per (recording, k-th clip of it); None when the file is absent.
-
-    The k-th clip of a recording is its k-th row in the split (clips of a recording are
-    consecutive rows in clip order), so the key does not depend on how clips are numbered.
-    """
-    try:
-        with open(path, newline="") as fh:
-            reader = csv.DictReader(fh)
-            if "leak_decision" not in (reader.fieldnames or ()):
-                raise DataError(f"{path}: no leak_decision column (a predictions table from "
-                                "before it was renamed from decision?); re-run `dvc repro "
-                                "evaluate`")
-            rows = [r for r in reader if r.get("split") == TEST]
-    except FileNotFoundError:
-        return None
-    try:
-        per_recording: dict[str, list[tuple[int, bool]]] = {}
-        for r in rows:
-            per_recording.setdefault(r["recording_id"], []).append(
-                (int(r["clip"]), r["leak_decision"] == LEAK_CLASS))
-    except (KeyError, ValueError) as exc:
-        raise DataError(f"{path}: not evaluate's predictions table ({exc})") from None
-    return {(rec, k): decision for rec, clips in per_recording.items()
-            for k, (_, decision) in enumerate(sorted(clips))}
-
-
-def paired_test(test: ClipFeatures, decisions: Mapping[tuple[str, int], bool], source: str,
-                ev: EvaluateConfig) -> PairedTest:
-    """The CNN's decisions in the test split's clip order; a missing clip is an error."""
-    seen: dict[str, int] = {}
-    aligned = np.zeros(test.n_files, dtype=bool)
-    for i, rec in enumerate(test.recording_id):
-        k = seen[rec] = seen.get(rec, -1) + 1
-        if (rec, k) not in decisions:
-            raise DataError(f"{source}: no test prediction for clip {k} of {rec}; re-run "
-                            f"`dvc repro evaluate`")
-        aligned[i] = decisions[(rec, k)]
-    return PairedTest(test.truth, aligned, test.recording_id, ev.bootstrap_resamples,
-                      ev.confidence, ev.seed)
 
 
 def _timed(run: Callable[..., ModelResult], *args: Any) -> ModelResult:

@@ -16,15 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from leakpipe import tracking
-from leakpipe.baselines.comparison import (
-    PLOT_FILE,
-    BaselineReport,
-    ModelResult,
-    compare_models,
-    read_cnn_decisions,
-    read_eval_metrics,
-    write_outputs,
-)
+from leakpipe.baselines.cnn_outputs import read_cnn_decisions, read_eval_metrics
+from leakpipe.baselines.comparison import PLOT_FILE, BaselineReport, compare_models, write_outputs
+from leakpipe.baselines.selection import ModelResult
 from leakpipe.config import BaselinesConfig, load_section
 from leakpipe.constants import SPLITS
 from leakpipe.data.stamp import trust_splits

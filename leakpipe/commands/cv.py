@@ -11,6 +11,9 @@ Two forms:
   ``DIR/predictions.csv``, ``DIR/plots/``, resumable in ``DIR/work``. DIR is locked for the run
   and cleared of the previous run's outputs first (``leakpipe.cv.outdir``).
 
+Either form runs the folds here, one after another, or with ``--scheduler`` /
+``LEAKPIPE_SCHEDULER`` on a Dask cluster (``leakpipe.cv.dispatch``), with the same outputs.
+
 See leakpipe.cv.stage for the method.
 """
 
@@ -22,6 +25,7 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from leakpipe.commands._cluster import add_cluster_arguments, cluster_settings
 from leakpipe.commands._common import (
     add_params_argument,
     add_validated_arguments,
@@ -68,6 +72,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="folder of folds.csv (DVC plot) and folds.png")
     parser.add_argument("--work", type=Path, default=Path("checkpoints/crossval"),
                         help="fold results and checkpoints; a rerun resumes from them")
+    add_cluster_arguments(parser, chunk=False,
+                          local="here, one fold after another; on a cluster each fold's "
+                                "method groups are tasks and this process writes the results")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bars")
 
 
@@ -98,14 +105,15 @@ def _run(args: argparse.Namespace, layout: OutLayout | None) -> int:
     else:
         paths = CvPaths(splits={}, plan=args.plan, metrics=args.metrics,
                         predictions=args.predictions, plots_dir=args.plots_dir, work=args.work)
+    cluster = cluster_settings(args)
     if args.source is not None:
         splits = build_source(args.params, args.source, layout, group_by=args.group_by,
-                              progress=not args.no_progress)
+                              progress=not args.no_progress, cluster=cluster)
         tags = {}
     else:
         splits = _splits(args.data_dir)
         tags = trust_splits(validated_stamp(args), splits).tags
     summary = run_cv(dataclasses.replace(paths, splits=splits), args.params, folds=args.folds,
-                     tags=tags, progress=not args.no_progress)
+                     tags=tags, progress=not args.no_progress, cluster=cluster)
     print(summary_line(summary, paths.metrics))
     return 0

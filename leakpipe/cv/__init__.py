@@ -10,5 +10,8 @@ all of them.
 - ``methods``: one fold's CNN (train's ``fit()``, evaluate's rules) and baselines;
 - ``report``: pooled figures with site-bootstrap intervals, per-fold values, the paired
   difference, the out-of-fold table and the plot;
-- ``stage``: the resumable orchestration, outputs and MLflow runs.
+- ``results``: one fold's record, its place in the work folder, the plan a fold uses;
+- ``stage``: the resumable orchestration, outputs and MLflow runs;
+- ``dispatch`` and ``tasks``: the folds on a Dask cluster, a task per fold and method group
+  (``tasks``: what a worker runs; ``dispatch``: the driver, the only writer).
 """

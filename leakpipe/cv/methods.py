@@ -23,10 +23,10 @@ from typing import Any
 import numpy as np
 
 from leakpipe.baselines import logger_stats
-from leakpipe.baselines.comparison import fit_and_select, model_inputs
 from leakpipe.baselines.data import ClipFeatures, read_features
 from leakpipe.baselines.logger_stats import RecordingTable, read_recordings, recording_means
 from leakpipe.baselines.models import leak_scores
+from leakpipe.baselines.selection import fit_and_select, model_inputs
 from leakpipe.config import (
     BaselinesConfig,
     CrossvalConfig,
@@ -100,7 +100,7 @@ class MethodResult:
         return {**out, "recording": self.recording} if self.recording is not None else out
 
 
-def _timed(run: Callable[[], MethodResult]) -> MethodResult:
+def timed(run: Callable[[], MethodResult]) -> MethodResult:
     """``run()`` with the wall-clock span of its work (the fold's MLflow child run shows it)."""
     start = time.time()
     result = run()
@@ -253,12 +253,12 @@ def run_fold_methods(paths: Mapping[str, Path], settings: Settings, work: Path, 
     results = []
     if CNN_METHOD in methods:
         work.mkdir(parents=True, exist_ok=True)
-        results.append(_timed(lambda: run_cnn(paths, settings, work, progress=progress)))
+        results.append(timed(lambda: run_cnn(paths, settings, work, progress=progress)))
     if STATS_METHOD in methods:
-        results.append(_timed(lambda: run_logger_stats(tables, settings)))
+        results.append(timed(lambda: run_logger_stats(tables, settings)))
     if FUSED_METHOD in methods:
         by_name = {r.name: r for r in results}
-        results.append(_timed(lambda: run_fused(by_name[CNN_METHOD], by_name[STATS_METHOD],
+        results.append(timed(lambda: run_fused(by_name[CNN_METHOD], by_name[STATS_METHOD],
                                                 tables, settings)))
     baselines = tuple(m for m in methods if m not in (CNN_METHOD, STATS_METHOD, FUSED_METHOD))
     results.extend(run_baselines(paths, settings, baselines))
@@ -266,4 +266,4 @@ def run_fold_methods(paths: Mapping[str, Path], settings: Settings, work: Path, 
 
 
 __all__ = ["MethodResult", "Settings", "run_baselines", "run_cnn", "run_fold_methods",
-           "run_fused", "run_logger_stats", "with_recordings"]
+           "run_fused", "run_logger_stats", "timed", "with_recordings"]

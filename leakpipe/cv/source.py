@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from leakpipe.build import run_build
+from leakpipe.cluster import ClusterSettings
 from leakpipe.config import load_section
 from leakpipe.constants import SPLITS
 from leakpipe.cv.outdir import OutLayout
@@ -21,11 +22,12 @@ from leakpipe.validate.split_validation import cross_split_failures
 
 
 def build_source(params: Path, source: Path, layout: OutLayout, *, group_by: str | None = None,
-                 progress: bool = True) -> dict[str, Path]:
-    """Build ``source`` with the params file's `build` section into ``layout.data``, check the
-    splits against each other; returns split name -> file."""
+                 progress: bool = True, cluster: ClusterSettings | None = None) -> dict[str, Path]:
+    """Build ``source`` with the params file's `build` section into ``layout.data`` (on the
+    Dask ``cluster`` when given: the same bytes), check the splits against each other; returns
+    split name -> file."""
     run_build(params, source, layout.data, layout.build_report, group_by=group_by,
-              progress=progress)
+              progress=progress, cluster=cluster)
     splits = {s: layout.data / f"{s}.h5" for s in SPLITS}
     check_disjoint(splits, params)
     return splits

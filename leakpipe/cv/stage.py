@@ -9,7 +9,9 @@
    decisions (``fold-NN/result.json``, atomically) and drops the fold's files. A killed run
    resumes at the first fold without a result (the CNN inside a fold resumes from its
    checkpoint); other inputs, settings or package code (``code_digest``: folds
-   computed by other code are never pooled with this code's) start afresh;
+   computed by other code are never pooled with this code's) start afresh. Given a Dask
+   scheduler, the folds' methods run on its workers instead (``dispatch``: one task per fold
+   and method group) and this process writes each fold's result as it arrives;
 3. pools the out-of-fold predictions (``report.summarise``) and writes `metrics/cv.json`, the
    predictions CSV, the per-fold plot rows and figure, each atomically;
 4. logs one MLflow parent run with a child run per fold and method.
@@ -32,11 +34,10 @@ from typing import Any
 import numpy as np
 
 from leakpipe import tracking
-from leakpipe.baselines.logger_stats import read_recordings
+from leakpipe.cluster import ClusterSettings
 from leakpipe.code_digest import package_digest
 from leakpipe.config import CrossvalConfig, load_section
 from leakpipe.config.crossval import CNN_METHOD
-from leakpipe.constants import H5_CLIP_INDEX
 from leakpipe.cv.data import Recordings, pool_recordings, write_fold
 from leakpipe.cv.figure import folds_figure
 from leakpipe.cv.folds import ROLES, TEST, Fold, make_folds
@@ -49,22 +50,30 @@ from leakpipe.cv.report import (
     recording_rows,
     summarise,
 )
-from leakpipe.data.reader import open_split
+from leakpipe.cv.results import (
+    PLANNED,
+    RESULT_FILE,
+    STATE_FILE,
+    finished,
+    fold_dir,
+    fold_record,
+    planned,
+    save,
+    test_tables,
+    with_plan,
+)
 from leakpipe.errors import DataError
 from leakpipe.files import file_sha256, write_csv_atomic, write_json_atomic
 from leakpipe.metric_names import json_safe
-from leakpipe.preload import plan_training, read_shapes
 from leakpipe.preload.plan import read_plan
 
 log = logging.getLogger(__name__)
 
 STAGE = "crossval"
-STATE_FILE = "state.json"
-RESULT_FILE = "result.json"
-PLANNED = "preload.json"      # the plan made here when none is given
 PLOT_ROWS = "folds.csv"
 PLOT_FIGURE = "folds.png"
 TAG_FOLD, TAG_METHOD = "leakpipe.cv.fold", "leakpipe.cv.method"
+TAG_BACKEND = "leakpipe.cv.backend"   # the parent run's, on a Dask cluster only
 
 
 @dataclass(frozen=True)
@@ -90,8 +99,10 @@ def load_settings(params: Path, plan: Mapping[str, Any] | None, *,
 
 
 def run_cv(paths: CvPaths, params: Path, *, folds: int | None = None,
-           tags: Mapping[str, str] | None = None, progress: bool = True) -> dict[str, Any]:
-    """The whole stage; returns the summary written to ``paths.metrics``."""
+           tags: Mapping[str, str] | None = None, progress: bool = True,
+           cluster: ClusterSettings | None = None) -> dict[str, Any]:
+    """The whole stage, here or on the Dask ``cluster``; returns the summary written to
+    ``paths.metrics`` (the same either way)."""
     started = time.time()              # the MLflow run, logged at the end, starts here
     plan = read_plan(paths.plan) if paths.plan is not None else None
     settings = load_settings(params, plan, folds=folds)
@@ -104,10 +115,17 @@ def run_cv(paths: CvPaths, params: Path, *, folds: int | None = None,
                             "code": package_digest()})
     log.info("crossval: %d recordings at %d sites, %d folds, methods %s", len(recordings),
              len(set(recordings.group)), cv.folds, list(cv.methods))
-    results = []
-    for fold in fold_list:
-        results.append(_fold_result(fold, recordings, settings, paths.work, progress))
-        settings = _with_plan(settings, paths.work)
+    if cluster is None:
+        results = []
+        for fold in fold_list:
+            results.append(_fold_result(fold, recordings, settings, paths.work, progress))
+            settings = with_plan(settings, paths.work)
+    else:
+        from leakpipe.cv.dispatch import results_on_cluster
+
+        results, settings = results_on_cluster(cluster, fold_list, recordings,
+                                               tuple(sha.values()), settings, paths.work)
+        tags = {**(tags or {}), TAG_BACKEND: "dask"}
     oof = assemble(results, cv.methods)
     recording_oof = assemble_recordings(results, cv.methods)
     margin = settings.detector.selection_margin
@@ -143,63 +161,26 @@ def _open_work(work: Path, inputs: Mapping[str, Any]) -> None:
     write_json_atomic(state, {"inputs": digest})
 
 
-def _fold_dir(work: Path, fold: Fold) -> Path:
-    return work / f"fold-{fold.index + 1:02d}"
-
-
 def _fold_result(fold: Fold, recordings: Recordings, settings: Settings, work: Path,
                  progress: bool) -> dict[str, Any]:
-    directory = _fold_dir(work, fold)
-    done = directory / RESULT_FILE
-    if done.is_file():
-        return json.loads(done.read_text())
+    done = finished(work, fold)
+    if done is not None:
+        return done
     log.info("fold %d/%d: %s recordings (train / val / test)", fold.index + 1,
              settings.cv.folds, " / ".join(str(len(fold.rows(r))) for r in ROLES))
+    directory = fold_dir(work, fold)
     data = directory / "data"
     files = {r: data / f"{r}.h5" for r in ROLES}
     if not all(p.is_file() for p in files.values()):   # each file is committed whole
         files = write_fold(recordings, {r: fold.rows(r) for r in ROLES}, data)
     if not settings.plan:
-        settings = _planned(settings, files, work)
+        settings = planned(settings, files, work)
     methods = run_fold_methods(files, settings, directory / "fit", progress=progress)
-    result = {"fold": fold.index, "test": _test_table(files[TEST]),
-              "test_recordings": _recording_table(files[TEST]),
-              "sizes": {r: int(len(fold.rows(r))) for r in ROLES},
-              "methods": {m.name: m.to_dict() for m in methods}}
-    write_json_atomic(done, result)
+    result = fold_record(fold, test_tables(files[TEST]), methods)
+    save(work, fold, result)
     shutil.rmtree(data)
     shutil.rmtree(directory / "fit", ignore_errors=True)
     return result
-
-
-def _planned(settings: Settings, files: Mapping[str, Path], work: Path) -> Settings:
-    """No preload plan given (``leakpipe cv --source``): plan one for this fold's files."""
-    cfg = settings.preload
-    shapes = read_shapes({"train": files["train"], "val": files["val"]})
-    plan = plan_training(shapes, cfg)[0].to_dict(cfg, shapes)
-    write_json_atomic(work / PLANNED, plan)
-    return dataclasses.replace(settings, plan=plan)
-
-
-def _with_plan(settings: Settings, work: Path) -> Settings:
-    planned = work / PLANNED
-    if settings.plan or not planned.is_file():
-        return settings
-    return dataclasses.replace(settings, plan=json.loads(planned.read_text()))
-
-
-def _test_table(path: Path) -> dict[str, list[Any]]:
-    with open_split(path) as split:
-        clip = split.h5[H5_CLIP_INDEX][:]
-        return {"recording_id": split.recording_ids.tolist(), "group": split.groups.tolist(),
-                "clip": np.asarray(clip).astype(int).tolist(),
-                "leak": split.binary_labels.astype(int).tolist()}
-
-
-def _recording_table(path: Path) -> dict[str, list[Any]]:
-    table = read_recordings(path)
-    return {"recording_id": table.recording_id.tolist(), "group": table.group.tolist(),
-            "leak": table.truth.astype(int).tolist()}
 
 
 def assemble_recordings(results: Sequence[Mapping[str, Any]],

@@ -30,7 +30,8 @@ from functools import lru_cache
 import numpy as np
 
 from leakpipe.audio.clips import plan_clips
-from leakpipe.audio.io import read_clips, waveform_source
+from leakpipe.audio.io import read_clips
+from leakpipe.audio.opening import waveform_source
 from leakpipe.config import FeatureConfig
 from leakpipe.features.mel import band_centers_hz, clip_features
 

@@ -1,9 +1,11 @@
-"""Domain check: is a recording like the ones the detector was trained on? Pure numpy and scipy.
+"""Domain check: is a recording like the ones the detector was trained on? Pure numpy.
 
 A detector trained on one network answers every recording with the same confidence, also one
 from a sensor, a logger or a site it never heard. This module describes the training
 distribution compactly and measures how far one recording lies from it, so predict can mark
-``domain: shifted`` next to its decision (the decision itself is unchanged).
+``domain: shifted`` next to its decision (the model's call is unchanged; the verdict a person
+reads becomes UNCERTAIN, ``leakpipe.decision.verdict``). Many recordings taken together are
+checked by ``leakpipe.decision.domain_set``.
 
 **Profile.** A recording is summarised by its band profile ``p`` (M,): the mean log-mel (dB)
 of each band over all its segments and frames (``band_profile``). Two parts of it are compared
@@ -12,63 +14,49 @@ with the training recordings' profiles, each physically readable:
 - **level** ``o``: the median over bands of ``p - m``, where ``m`` (M,) is the training
   recordings' per-band median profile, i.e. how many dB louder or quieter the recording is than
   a typical training recording, robust to a few odd bands and to a missing upper band. Scored
-  as a robust z (median, 1.4826 MAD of the training recordings' ``o``). A network that does
+  as a robust z (median and scaled MAD of the training recordings' ``o``). A network that does
   not see the absolute level (``input_norm`` other than ``none``) is not shifted by it:
   ``uses_level`` false leaves the level out of the distance.
 - **shape** ``r = p - m - o`` (M,): the spectral shape relative to the typical training one.
-  Its distance is a low-rank Mahalanobis (probabilistic PCA): the ``AXES`` leading principal
-  axes of the training shapes (tilt, low-band weight, ...) with their variances, and the
-  per-band variance left off those axes, ``d^2 = (sum_k a_k^2 / l_k + sum_b e_b^2 / v_b) / M``.
-  The axes capture the strong band-to-band correlation a per-band z ignores (a shape the
-  training recordings never combine is far even when every band is within its own range), and
-  ``AXES * M + 3 M + AXES`` floats keep the description compact (about 450 at 64 bands).
+  Its distance is a low-rank Mahalanobis (``leakpipe.decision.lowrank``): the ``AXES`` leading
+  principal axes of the training shapes (tilt, low-band weight, ...) with their variances, and
+  the per-band variance left off those axes. The axes capture the strong band-to-band
+  correlation a per-band z ignores (a shape the training recordings never combine is far even
+  when every band is within its own range), and a few times M floats keep the description
+  compact enough for the detector file.
 
-**Distance.** Both parts are put on one scale by the training recordings' own 99th percentile
-of each (``shape_scale``, ``level_scale``): ``D = max(d_shape / shape_scale, |z_level| /
-level_scale)``, so D = 1 is the edge of the training recordings' 99 % range in the worse of the
-two. A recording is ``shifted`` when D exceeds the threshold, or when mel bands' centres lie
-above its own Nyquist frequency (its native rate cannot fill the model's band, whatever D says:
-a quiet recording's empty upper bands may sit near the training floor). **Threshold**: on the
-val recordings (sites the reference never saw), the
-``ceil(q n)``-th smallest D with ``q = TARGET_QUANTILE`` (0.99), so ``floor(0.01 n)`` val
-recordings exceed it (ties aside): about 1 %. Under 100 val recordings that order statistic is
-the val maximum: no val recording exceeds it, and the rate a 1 % rule would give is not
-resolvable; the threshold is then capped at that maximum (``fit_threshold`` says so).
+**Distance.** Both parts are put on one scale by the training recordings' own percentile
+``SCALE_QUANTILE`` of each (``shape_scale``, ``level_scale``): ``D = max(d_shape / shape_scale,
+|z_level| / level_scale)``, so D = 1 is the edge of that range of the training recordings in
+the worse of the two. A recording is ``shifted`` when D exceeds the threshold, or when mel bands'
+centres lie above its own Nyquist frequency (its native rate cannot fill the model's band,
+whatever D says: a quiet recording's empty upper bands may sit near the training floor).
+**Threshold**: on the val recordings (sites the reference never saw), the ``ceil(q n)``-th
+smallest D with ``q = TARGET_QUANTILE``, so about a share ``1 - q`` of val recordings exceed it
+(ties aside). With fewer than ``1 / (1 - q)`` val recordings that order statistic is the val
+maximum: no val recording exceeds it, and the rate the rule aims at is not resolvable; the
+threshold is then capped at that maximum (``fit_threshold`` says so).
 
 **Reason** of a shifted recording, the main one, in this order:
 
 - ``band``: the recording's band is narrower than the model's: mel bands whose centre lies
   above the recording's own Nyquist frequency (known from its native sample rate), or a run of
   top bands ``EMPTY_DB`` below the training shape at the level of the recording's lower half of
-  bands (an upsampled recording whose rate no longer shows it). A 4096 Hz logger under a
-  model up to 4096 Hz has nothing above 2048 Hz; its empty upper bands make the shape far.
+  bands (an upsampled recording whose rate no longer shows it). A logger recording at half the
+  model's rate has nothing in the model's upper half of frequencies; its empty upper bands make
+  the shape far.
 - ``level``: the level part is the larger of the two scaled parts (absolute level outside the
   training range: another gain, another sensor sensitivity);
 - ``shape``: otherwise (another pipe, sensor response, or noise the training never had).
 
-**Set check.** Recordings of one network share its sensors, mounts and loggers, so a shift too
-small to put one recording past the threshold moves all of them the same way. ``set_check``
-compares the D of a set of recordings (a predict run, adapt's field pool) with the val
-recordings' D kept in the reference (``val_distances``): a one-sided Mann-Whitney rank test
-(are the set's distances larger?), ``shifted`` when its p-value is below ``SET_ALPHA``
-(0.001). Val's sites are ones the reference never saw, as a new network's are, so the test asks
-whether the set is farther from training than new sites of the training network are. Recordings
-of one site are not independent, which a rank test assumes: on the default data, sets of 1, 3
-or 10 whole test sites reached p < 0.001 in 0, 3 and 0 of 300 draws each, p < 0.01 in 4 %, 4 %
-and 0.7 % (benchmarks/domain_check.py, ``site_sets``). A single recording can never reach
-``SET_ALPHA`` against 252 val recordings (its smallest p-value is 1 / 253), so the set check
-speaks only for sets.
-
-Known blind spot: the synthetic field set (a machine switching a one-octave band on and off
-near every sensor) is not flagged, and two candidate third parts measured for it do not flag it
-either (``benchmarks/domain_probes.py``, docs/evaluation.md#domain-check): its time-averaged
-bump lies within the training sites' own spectral variety, its switching within the training
-recordings' (water draws, demand wander), and the network's penultimate-layer embedding sits
-among the training recordings' (the seed detector's false-alarm rate there is val's); the set
-check does not flag it either. A sensor mount ringing in the leak band (benchmarks/
-field_resonance.py) makes a no-leak recording look like a leak recording, which training has:
-the detector's false-alarm rate triples and no single recording is flagged, but the set check
-flags the set.
+Known blind spots (measured in docs/results/domain-check.md): a shift that stays within the
+training recordings' own variety is not flagged by one recording's profile, such as a machine
+switching a narrow band on and off near every sensor: its time-averaged bump lies within the
+training sites' spectral variety (two further parts measured for it, the band switching and the
+network's penultimate-layer embedding, were not adopted: ``benchmarks/domain_probes.py``). A
+sensor mount ringing in the leak band makes a no-leak recording look like a leak recording,
+which training has: no single recording need be flagged, which is what the set check
+(``domain_set``) is for.
 """
 
 from __future__ import annotations
@@ -78,7 +66,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
-from scipy.stats import mannwhitneyu
+
+from leakpipe.decision.lowrank import LowRank, fit_lowrank, lowrank_distance
 
 AXES = 4                  # principal axes of the training shapes kept in the reference
 TARGET_QUANTILE = 0.99    # share of val recordings at or below the threshold (about 1 % over)
@@ -87,7 +76,6 @@ EMPTY_DB = 30.0           # a top band this far below the training shape counts 
 MAD_TO_SD = 1.4826        # median absolute deviation -> standard deviation of a normal
 MIN_VARIANCE = 0.25       # dB^2 floor of a band's residual variance (about 0.5 dB)
 MIN_LEVEL_SD = 0.5        # dB floor of the level's robust standard deviation
-SET_ALPHA = 1e-3          # p-value under which a set of recordings is shifted (``set_check``)
 IN, SHIFTED, UNKNOWN = "in", "shifted", "unknown"
 BAND, LEVEL, SHAPE = "band", "level", "shape"
 _ARRAYS = ("band_median", "shape_mean", "shape_axes", "axis_var", "resid_var")
@@ -113,9 +101,9 @@ class DomainReference:
     uses_level: bool = True   # the network sees the absolute level (input_norm none)
     threshold: float = math.inf   # on D, set on val (inf: not set)
     quantile: float = TARGET_QUANTILE
-    fitted_on: str = ""       # "504 train recordings; threshold on 252 val recordings"
+    fitted_on: str = ""       # "<n> train recordings; threshold on <v> val recordings"
     val_distances: np.ndarray = field(default_factory=lambda: np.zeros(0))  # (V,) sorted D
-    #                           of the val recordings (the set check); empty: not kept
+    #                           of the val recordings (``domain_set``); empty: not kept
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {k: [float(v) for v in np.ravel(getattr(self, k))]
@@ -183,41 +171,6 @@ def _level_and_shape(band_median: np.ndarray, profiles: np.ndarray,
     """(R, M) profiles -> (R,) level o and (R, M) shape r."""
     level = np.median(profiles - band_median, axis=1)
     return level, profiles - band_median - level[:, None]
-
-
-@dataclass(frozen=True)
-class LowRank:
-    """A low-rank Gaussian (probabilistic PCA) of (R, K) rows: their mean, the leading principal
-    axes with their variances and the per-dimension variance left off those axes."""
-
-    mean: np.ndarray          # (K,)
-    axes: np.ndarray          # (A, K) unit principal axes, each with a fixed sign
-    axis_var: np.ndarray      # (A,) variance along each axis
-    resid_var: np.ndarray     # (K,) variance off the axes
-
-
-def fit_lowrank(rows: np.ndarray, axes: int, floor: float, *,
-                relative: bool = False) -> LowRank:
-    """The low-rank Gaussian of (R, K) ``rows`` with ``axes`` axes; every variance at least
-    ``floor`` (times the largest eigenvalue when ``relative``: rows of no natural unit)."""
-    mean = rows.mean(axis=0)
-    values, vectors = np.linalg.eigh(np.cov((rows - mean).T))     # ascending
-    top = np.argsort(values)[::-1][:axes]
-    axes_ = vectors[:, top].T                                      # (A, K)
-    axes_ *= np.where(axes_.sum(axis=1, keepdims=True) < 0, -1.0, 1.0)   # a fixed sign
-    off = (rows - mean) - ((rows - mean) @ axes_.T) @ axes_
-    least = floor * float(values.max()) if relative else floor
-    return LowRank(mean=mean, axes=axes_, axis_var=np.maximum(values[top], least),
-                   resid_var=np.maximum(np.mean(off**2, axis=0), least))
-
-
-def lowrank_distance(model: LowRank, rows: np.ndarray) -> np.ndarray:
-    """(R, K) rows -> (R,) Mahalanobis distance under ``model``, RMS per dimension."""
-    d = rows - model.mean                                          # (R, K)
-    a = d @ model.axes.T                                           # (R, A)
-    e = d - a @ model.axes                                         # (R, K)
-    d2 = np.sum(a**2 / model.axis_var, axis=1) + np.sum(e**2 / model.resid_var, axis=1)
-    return np.sqrt(d2 / rows.shape[1])
 
 
 def _shape_distance(ref: DomainReference, shape: np.ndarray) -> np.ndarray:
@@ -325,60 +278,3 @@ def _reason(ref: DomainReference, p: np.ndarray, centers_hz: np.ndarray,
         return (f"{LEVEL}: {db:+.0f} dB vs training "
                 f"{ref.level_low:+.0f}..{ref.level_high:+.0f}")
     return f"{SHAPE}: {shape_d / ref.shape_scale:.1f}x training spread"
-
-
-@dataclass(frozen=True)
-class SetCheck:
-    """A set of recordings against val: ``in`` / ``shifted`` / ``unknown`` and the numbers."""
-
-    domain: str
-    n: int                    # recordings with a distance in the set
-    median: float             # their median D (NaN for none)
-    val_median: float         # the val recordings' median D (NaN: not kept)
-    p_value: float            # one-sided Mann-Whitney: the set's D larger than val's (NaN: none)
-    alpha: float = SET_ALPHA  # shifted when p_value is below it
-
-    def line(self) -> str:
-        """One plain sentence for logs and summaries."""
-        if self.domain == UNKNOWN:
-            return (f"set domain check: unknown ({self.n} recordings with a distance; the "
-                    "detector keeps no val distances)" if self.n else
-                    "set domain check: unknown (no recording with a distance)")
-        return (f"set domain check: {self.domain} (median D {self.median:.3f} over {self.n} "
-                f"recordings vs val {self.val_median:.3f}; rank test p = {self.p_value:.2g}, "
-                f"shifted below {self.alpha:g})")
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"domain": self.domain, "n": self.n, "median_distance": _finite(self.median),
-                "val_median_distance": _finite(self.val_median),
-                "p_value": _finite(self.p_value), "alpha": self.alpha}
-
-
-def _finite(value: float) -> float | None:
-    return float(value) if math.isfinite(value) else None
-
-
-def set_check(ref: DomainReference | None, set_distances: np.ndarray,
-              alpha: float = SET_ALPHA) -> SetCheck:
-    """Are the recordings with D ``set_distances`` (NaN = unknown, dropped), taken together,
-    farther from the training recordings than the val recordings are? One-sided Mann-Whitney U
-    test of the set's D against the reference's ``val_distances``; ``unknown`` without a
-    reference, without val distances or without a recording."""
-    d = np.asarray(set_distances, dtype=np.float64).ravel()
-    d = d[np.isfinite(d)]
-    median = float(np.median(d)) if d.size else math.nan
-    if ref is None or ref.val_distances.size == 0 or d.size == 0:
-        return SetCheck(UNKNOWN, int(d.size), median, math.nan, math.nan, alpha)
-    p = float(mannwhitneyu(d, ref.val_distances, alternative="greater").pvalue)
-    return SetCheck(SHIFTED if p < alpha else IN, int(d.size), median,
-                    float(np.median(ref.val_distances)), p, alpha)
-
-
-def wilson_interval(k: int, n: int, z: float = 1.959964) -> tuple[float, float]:
-    """Wilson score interval of a proportion k / n (95 % by default); (nan, nan) for n = 0."""
-    if n == 0:
-        return math.nan, math.nan
-    p = k / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return max(0.0, centre - half), min(1.0, centre + half)

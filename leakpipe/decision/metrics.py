@@ -3,11 +3,14 @@
 ``binary_metrics(y_true (N,), decisions (K, N))`` returns (K,) arrays; a ratio with a zero
 denominator is 0 (scikit-learn's ``zero_division=0``). ``diagnose`` explains in one line why a
 run's F1 is 0 or its predictions collapsed (a hard-coded class index once read F1 0 for
-weeks; a collapsed model calls everything one class), instead of a silent 0.
+weeks; a collapsed model calls everything one class), instead of a silent 0. ``roc_auc`` ranks
+scores; ``wilson_interval`` is the interval of a share of recordings (the domain checks' shifted
+shares).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -133,3 +136,13 @@ def roc_auc(truth: np.ndarray, scores: np.ndarray) -> float:
     for a, b in zip(starts, ends, strict=True):          # tied scores share their mean rank
         ranks[order[a:b]] = (a + b + 1) / 2.0
     return float((ranks[truth].sum() - n_pos * (n_pos + 1) / 2.0) / (n_pos * n_neg))
+
+
+def wilson_interval(k: int, n: int, z: float = 1.959964) -> tuple[float, float]:
+    """Wilson score interval of a proportion k / n (95 % by default); (nan, nan) for n = 0."""
+    if n == 0:
+        return math.nan, math.nan
+    p = k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)

@@ -28,7 +28,8 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from leakpipe.decision.domain import IN, SHIFTED, DomainCheck, wilson_interval
+from leakpipe.decision.domain import IN, SHIFTED, DomainCheck
+from leakpipe.decision.metrics import wilson_interval
 
 Z_LIMIT = 6.0             # |z| (train standard deviations) at which a statistic is out of range
 BAND, STATISTIC = "band", "statistic"

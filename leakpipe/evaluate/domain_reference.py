@@ -37,9 +37,9 @@ from leakpipe.decision.domain import (
     fit_reference,
     fit_threshold,
     recording_profiles,
-    set_check,
-    wilson_interval,
 )
+from leakpipe.decision.domain_set import set_check
+from leakpipe.decision.metrics import wilson_interval
 from leakpipe.detector import Network
 
 log = logging.getLogger(__name__)

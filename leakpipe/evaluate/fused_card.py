@@ -69,8 +69,8 @@ def _model(card: FusedCardInputs) -> str:
             f"`detector.fusion_C` {card.fusion_c:g}, fitted on the val recordings) adds each "
             f"part's recording logit times its weight to its bias ({stacker.bias:+.3f}): a "
             "part's evidence (`leakpipe explain`).\n\n" + "\n".join(rows) + "\n\n"
-            f"- Operating point: threshold {d.threshold:g} on the stacked probability "
-            f"(leak_prob {d.prob_threshold:.3f}, Platt-calibrated), chosen on val by "
+            f"- Operating point: threshold {d.prob_threshold:.4f} on `leak_prob` (Platt-"
+            f"calibrated; raw stacked probability {d.threshold:.4f}), chosen on val by "
             f"{card.criterion}; one verdict per recording.\n"
             f"- Signal checks (`build.quality.reject`): {', '.join(d.quality.reject) or 'none'};"
             " a refused recording is `unusable`, never NOLEAK.")

@@ -10,10 +10,16 @@ A crew digs on a LEAK call: the card is the one page that says how far that call
 Its per-condition figures (pipe material, sensor, native sample rate: the manifest's columns
 where it has them) each carry their number of recordings, because a figure over five recordings
 is an anecdote, and a condition the test split lacks is simply absent, never extrapolated.
-The card file is built from the evaluation alone (no clock, no host, no MLflow run id, no
-absolute path), so the same data and code give the same bytes and DVC sees no change where there
-is none. What only the tracking store can say (the id of the train run that wrote the network)
-goes into the registered version's description alone: ``registry_description``.
+A card quotes only figures of its own detector: the sim-to-real report (a benchmark scores
+whichever detector file it is given, usually the one before this evaluation) is quoted only when
+it names this detector file's sha256 (``CardInputs.detector_sha``); otherwise the section says
+the report is not of this detector and quotes none of its figures. The operating point is given
+on the scale predict, the served detector and explain show (``leak_prob``, 4 digits), the rule's
+raw score labelled as such. The card file is built from the evaluation alone (no clock, no
+host, no MLflow run id, no absolute path), so the same data and code give the same bytes and
+DVC sees no change where there is none. What only the tracking store can say (the id of the
+train run that wrote the network) goes into the registered version's description alone:
+``registry_description``.
 """
 
 from __future__ import annotations
@@ -61,6 +67,8 @@ class CardInputs:
     sim_to_real: Mapping | None  # benchmarks/sim_to_real.py's JSON, or None
     sim_to_real_path: str = ""
     train_run: str | None = None  # MLflow id of the network's train run: registry only
+    detector_sha: str = ""       # sha256 of the detector file this card describes ("": not
+    #                              known, so no other report can be shown to be of it)
 
 
 def manifest_conditions(source: Path) -> dict[str, dict[str, str]]:
@@ -120,17 +128,18 @@ def intended_use() -> str:
             "loggers) for the broadband, stationary noise of escaping water, so that a survey "
             "crew knows which pipes to check first. A LEAK call is a reason to listen again "
             "(ground microphone, correlator), not a location and not a reason to dig on its "
-            "own. `leak_prob` is calibrated on the val split's recordings: it means a "
-            "probability for recordings like those, and nothing more on another network.")
+            "own. `leak_prob` is calibrated on the val split's recordings; on a recording the "
+            "domain check calls `shifted` (verdict UNCERTAIN) it is the model's answer, not a "
+            "probability: measure the detector there first (`leakpipe cv`).")
 
 
 def _model(card: CardInputs) -> str:
     return ("## Model\n\n"
             f"- {network_text(card.network)}; input normalisation "
             f"`{card.network.input_norm}`; network file sha256 {card.model_sha[:12]}.\n"
-            f"- Operating point: rule `{card.rule}`, threshold {card.threshold:g} on the rule's "
-            f"score (leak_prob {card.prob_threshold:.3f}), chosen on the val split by "
-            f"{card.criterion}.")
+            f"- Operating point: rule `{card.rule}`, threshold {card.prob_threshold:.4f} on "
+            f"`leak_prob` (raw rule score {card.threshold:.4f}), chosen on the val split by "
+            f"{card.criterion}: a recording is LEAK when its `leak_prob` reaches it.")
 
 
 def _data(card: CardInputs) -> str:
@@ -199,12 +208,18 @@ def _sim_to_real(card: CardInputs) -> str:
                        "recordings with a detector and writes the figures this section shows.")
     overall = report.get("zero_shot", {}).get("overall", {})
     det = report.get("detector", {})
+    scored = str(det.get("sha256") or "")
+    if not (card.detector_sha and scored == card.detector_sha):
+        named = f"sha256 {scored[:12]}" if scored else "no sha256"
+        return head + (f"Not measured for this detector: `{shown_path(card.sim_to_real_path)}` "
+                       f"scored the detector file then at "
+                       f"`{shown_path(str(det.get('path', '?')))}` ({named}), not shown to be "
+                       "this one, and a card quotes only its own detector's figures. Run "
+                       "`python benchmarks/sim_to_real.py` on this detector file to measure it.")
     ci = overall.get("roc_auc_ci") or [math.nan, math.nan]
-    return head + (f"From `{shown_path(card.sim_to_real_path)}`: the detector then at "
-                   f"`{shown_path(str(det.get('path', '?')))}` "
-                   f"(input_norm `{det.get('input_norm', '?')}`, threshold "
-                   f"{det.get('threshold', '?')}), which is this one only if the benchmark ran "
-                   "after this evaluation (re-run it after training). Zero-shot clip ROC-AUC "
+    return head + (f"From `{shown_path(card.sim_to_real_path)}`, which scored this detector "
+                   f"file (sha256 {scored[:12]}, input_norm `{det.get('input_norm', '?')}`). "
+                   "Zero-shot clip ROC-AUC "
                    f"{_plain(overall.get('roc_auc'))} [{_plain(ci[0])}, {_plain(ci[1])}], "
                    f"balanced accuracy {_plain(overall.get('balanced_accuracy'))}, sensitivity "
                    f"{_plain(overall.get('recall'))}, specificity "

@@ -4,8 +4,8 @@
 
 1. the runtime (device, precision) and the preload plan's batch caps, decided once; val and
    test checked against the validation stamp (``leakpipe.data.stamp``);
-2. one MLflow run tagged with the network file's sha256, linked to the train run that wrote it
-   when MLflow knows one;
+2. one MLflow run from the stage's start, tagged with the network file's sha256, linked to the
+   train run that wrote it when MLflow knows one;
 3. ``evaluate_detector`` scores val, chooses the operating point there, scores test;
 4. the DVC outputs (metrics, plot files, predictions, the detector file) are written atomically,
    then the same figures, the confusion / ROC / PR / threshold / reliability plots, the
@@ -28,6 +28,7 @@ import dataclasses
 import json
 import logging
 import math
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -77,6 +78,7 @@ class EvaluatePaths:
 
 def run_evaluate(paths: EvaluatePaths, params: Path, *, progress: bool = True) -> int:
     """The whole stage; returns the exit code (errors raise ``LeakpipeError``)."""
+    started = time.time()    # the run spans the stage: hashing the splits, loading the network
     cfg, decision = load_section(params, STAGE), load_section(params, "decision")
     rt = load_section(params, "runtime")
     build = load_section(params, "build")   # the detector keeps its scoring and signal rules
@@ -87,7 +89,8 @@ def run_evaluate(paths: EvaluatePaths, params: Path, *, progress: bool = True) -
     network = load_network(paths.model)
     plan = read_plan(paths.plan)
     sha = file_sha256(paths.model)
-    with tracking.start_run(STAGE, tags={tracking.TAG_MODEL_SHA256: sha, **trust.tags}) as run:
+    with tracking.start_run(STAGE, tags={tracking.TAG_MODEL_SHA256: sha, **trust.tags},
+                            started_at=started) as run:
         trust.log_datasets(run, splits)
         run.log_params({STAGE: dataclasses.asdict(cfg), "decision": dataclasses.asdict(decision),
                         "runtime": dataclasses.asdict(rt), "model_file": str(paths.model)})
@@ -130,7 +133,8 @@ def _card_inputs(evaluation: Evaluation, detector: object, confidence: float, mo
         source=str(source), truth=table.truth, decision=evaluation.test.decision,
         recording_ids=table.recording_id.astype(str), groups=table.group.astype(str),
         conditions=manifest_conditions(Path(source)), sim_to_real=report,
-        sim_to_real_path=str(paths.sim_to_real or ""), train_run=train_run)
+        sim_to_real_path=str(paths.sim_to_real or ""), train_run=train_run,
+        detector_sha=file_sha256(paths.detector))
 
 
 def _train_split(paths: EvaluatePaths) -> dict[str, Path]:

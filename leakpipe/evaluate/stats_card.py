@@ -76,9 +76,9 @@ def _head(card: StatsCardInputs) -> str:
 def _model(card: StatsCardInputs) -> str:
     d = card.detector
     return ("## Model\n\n" + statistics_text(d, card.metrics) + "\n"
-            f"- Operating point: threshold {d.threshold:g} on the model's probability "
-            f"(leak_prob {d.prob_threshold:.3f}, Platt-calibrated), chosen by {card.criterion}; "
-            "one verdict per recording.\n"
+            f"- Operating point: threshold {d.prob_threshold:.4f} on `leak_prob` (Platt-"
+            f"calibrated; raw model probability {d.threshold:.4f}), chosen by "
+            f"{card.criterion}; one verdict per recording.\n"
             f"- Signal checks (`build.quality.reject`): {_list(d.quality.reject) or 'none'}; "
             "a refused recording (a dead logger above all) is `unusable`, never NOLEAK.\n\n"
             + coefficients_table(d))
@@ -142,7 +142,8 @@ def domain_text(domain: Mapping[str, float]) -> str:
     head = ("A recording is `shifted` when one of its statistics lies more than "
             f"{Z_LIMIT:g} training standard deviations from the training mean, or a statistic "
             "the model reads is missing at its rate (an octave band above its Nyquist "
-            "frequency); the call is made all the same (leakpipe/decision/stats_domain.py).")
+            "frequency); the call is made all the same, verdict UNCERTAIN "
+            "(leakpipe/decision/stats_domain.py).")
     shares = [f"{name} {_share(domain, name)}" for name in ("val", "test")
               if f"domain/{name}_recordings" in domain]
     if not shares:

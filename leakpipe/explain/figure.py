@@ -2,14 +2,19 @@
 
 1. waveform level (dBFS) over time;
 2. the log-mel spectrogram as the network sees it (mean of each long segment), bands in Hz;
-   right of panels 1-2 the text summary: decision, score, votes, the band groups that pushed
-   towards LEAK and towards NOLEAK most (and whether occluding one alone flips the call);
+   right of panels 1-2 the text summary: the verdict, the model's call, ``leak_prob`` and
+   ``threshold`` on predict's one scale, the domain check, the raw rule score and threshold,
+   votes, the band groups that pushed towards LEAK and towards NOLEAK most (and whether
+   occluding one alone flips the call);
 3. occlusion map: for each band group and each long segment, how much its leak probability
    drops when the group is occluded (red: the group pushed that segment towards LEAK, blue:
-   away); right of it, the drop of the recording's score per group (the bars sum up the map
-   through the rule);
-4. the long-segment leak probabilities (the votes) against the threshold, those at or above it
-   in red.
+   away); right of it, the drop of the recording's raw rule score per group (the bars sum up
+   the map through the rule);
+4. the long-segment probabilities (the network's, uncalibrated: the votes) against the raw rule
+   threshold they vote on, those at or above it in red.
+
+The title says what predict's row says: the verdict, ``leak_prob``, ``threshold`` (both on the
+calibrated scale) and, for a shifted recording, the domain reason.
 
 Long segments of neighbouring clips may overlap in time (predict spreads clips evenly from
 start to end); they come in time order (``recording``), and each cell is drawn as wide as the
@@ -22,6 +27,7 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
+from leakpipe.decision.domain import SHIFTED
 from leakpipe.explain.recording import Explanation
 
 FIGURE_SIZE = (12.0, 10.0)
@@ -47,9 +53,7 @@ def explanation_figure(ex: Explanation) -> Figure:
 
     level_edges = np.append(ex.level.starts_s, ex.level.starts_s[-1:] + ex.level.window_s)
     level_ax.stairs(ex.level.dbfs, level_edges, color="0.3", linewidth=0.8, baseline=None)
-    level_ax.set(ylabel="level (dBFS)",
-                 title=f"{ex.path.name}: {ex.decision} (score {ex.score:.3f}, threshold "
-                       f"{det.threshold:.3f}, rule {det.voting.rule})")
+    level_ax.set(ylabel="level (dBFS)", title=title(ex.path.name, ex.shown))
 
     n_mels = ex.band_db.shape[0]
     mesh = mel_ax.pcolormesh(edges, np.arange(n_mels + 1), ex.band_db,
@@ -77,8 +81,10 @@ def explanation_figure(ex: Explanation) -> Figure:
                     label="below threshold")
     prob_ax.scatter(centres[over], ex.long_probs[over], s=14, color="C3",
                     label="at or above (votes LEAK)")
-    prob_ax.axhline(det.threshold, color="C3", linestyle="--", linewidth=1.0, label="threshold")
-    prob_ax.set(xlabel="time (s)", ylabel="long-segment\nleak probability", ylim=(-0.02, 1.02),
+    prob_ax.axhline(det.threshold, color="C3", linestyle="--", linewidth=1.0,
+                    label=f"raw rule threshold {det.threshold:.4f}")
+    prob_ax.set(xlabel="time (s)", ylabel="long-segment probability\n(raw, uncalibrated)",
+                ylim=(-0.02, 1.02),
                 xlim=(min(edges[0], 0.0), max(edges[-1], ex.duration_s)))
     prob_ax.legend(loc="best", fontsize="small", ncols=3)
 
@@ -114,23 +120,45 @@ def _draw_bars(ax: Axes, ex: Explanation, group_edges: np.ndarray) -> None:
         ax.annotate(ex.groups[g].label, (drops[g], centres[g]), fontsize="x-small",
                     xytext=(2 if right else -2, 0), textcoords="offset points", va="center",
                     ha="left" if right else "right")
-    ax.set(xlabel="drop of the recording's\nscore when occluded")
+    ax.set(xlabel="drop of the recording's raw\nrule score when occluded")
     ax.tick_params(labelleft=False)
 
 
+def call_text(call: dict) -> str:
+    """The call as predict's row says it (``Explanation.shown``, or a logger_stats / fused
+    explanation's ``call``): ``UNCERTAIN (leak_prob 0.9897, threshold 0.5142; the model's call
+    LEAK; domain shifted: level: ...)``: the verdict, leak_prob and threshold on one scale, and
+    a shifted recording's reason."""
+    text = (f"{call['verdict']} (leak_prob {call['leak_prob']:.4f}, threshold "
+            f"{call['threshold']:.4f}")
+    if call["verdict"] != call["decision"]:
+        text += f"; the model's call {call['decision']}"
+    if call.get("domain") == SHIFTED:
+        text += f"; domain shifted: {call['domain_reason']}"
+    return text + ")"
+
+
+def title(name: str, call: dict) -> str:
+    """A figure's title: the recording's name and ``call_text``."""
+    return f"{name}: {call_text(call)}"
+
+
 def _summary(ex: Explanation) -> str:
-    det = ex.detector
+    det, call = ex.detector, ex.shown
     n_over = int((ex.long_probs >= det.threshold).sum())
-    lines = [f"decision   {ex.decision}", f"score      {ex.score:.3f}",
-             f"threshold  {det.threshold:.3f}", f"rule       {det.voting.rule}",
-             f"long segs  {n_over} of {len(ex.long_probs)} >= thr."]
+    lines = [f"verdict    {call['verdict']}", f"call       {call['decision']}",
+             f"leak_prob  {call['leak_prob']:.4f}", f"threshold  {call['threshold']:.4f}",
+             f"domain     {call['domain']}", "",
+             f"raw rule score {ex.raw_score:.4f}", f"raw threshold  {det.threshold:.4f}",
+             f"rule       {det.voting.rule}",
+             f"long segs  {n_over} of {len(ex.long_probs)} >= raw thr."]
     if det.voting.rule == "long_vote":
         lines.append(f"           ({ex.votes_needed} needed)")
-    for title, groups in (("towards LEAK (score drop", ex.towards_leak),
-                          ("towards NOLEAK (score drop", ex.towards_noleak)):
-        lines += ["", f"{title}", " when occluded):"]
+    for head, groups in (("towards LEAK (raw score drop", ex.towards_leak),
+                         ("towards NOLEAK (raw score drop", ex.towards_noleak)):
+        lines += ["", f"{head}", " when occluded):"]
         for g in groups[:TOP_GROUPS]:
-            flips = (ex.scores_without[g] >= det.threshold) != (ex.score >= det.threshold)
+            flips = (ex.scores_without[g] >= det.threshold) != (ex.raw_score >= det.threshold)
             lines.append(f" {ex.groups[g].label:>14} {ex.drops[g]:+.3f}"
                          f"{'  flips' if flips else ''}")
         if not groups:

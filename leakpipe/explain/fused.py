@@ -7,7 +7,10 @@ the logit of the mean of the recording's clip scores) plus the statistics' evide
 x the statistics model's logit). The statistics' logit is in turn the bias of their model plus
 each statistic's contribution, given as the logger_stats kind gives them (``explain.stats``).
 The recording is decoded once and scored as `leakpipe predict` scores it
-(``predict_fused.measure_fused``), so the explained score is the predicted one.
+(``predict_fused.measure_fused``), so the explained score is the predicted one, and the call is
+given as predict's row gives it (``call``: the verdict, the model's ``decision``, ``leak_prob``
+and ``threshold`` on one calibrated scale, both parts' domain check, the notes); ``raw_score``
+and ``raw_threshold`` are the stacked probability and the threshold the call is taken on.
 """
 
 from __future__ import annotations
@@ -18,28 +21,32 @@ from typing import Any
 
 from matplotlib.figure import Figure
 
-from leakpipe.constants import DECISION_NAMES
 from leakpipe.decision.stacking import sigmoid
+from leakpipe.decision.verdict import call_fields, with_verdict
 from leakpipe.errors import DataError
+from leakpipe.explain.figure import title
 from leakpipe.explain.stats import (
     SHOWN,
     StatsExplanation,
+    call_json,
     draw_statistics,
     room_for_labels,
     stats_explanation,
 )
 from leakpipe.explain.stats import to_json as stats_json
-from leakpipe.predict_fused import ClipScoring, measure_fused
+from leakpipe.predict_fused import fused_domain, measure_fused
 from leakpipe.predict_inputs import Unusable
+from leakpipe.predict_rows import STATUS_OK
+from leakpipe.predict_scoring import ClipScoring
 from leakpipe.stats_detector import FusedDetector
 
 
 @dataclass(frozen=True)
 class FusedExplanation:
     path: Path
-    score: float                         # the stacked P(LEAK), compared with the threshold
-    leak_prob: float                     # calibrated
-    decision: str
+    raw_score: float                     # the stacked P(LEAK), compared with raw_threshold
+    raw_threshold: float
+    call: dict[str, Any]                 # verdict, decision, leak_prob, threshold, domain, notes
     bias: float                          # the stacker's
     parts: dict[str, dict[str, float]]   # part -> probability, logit, weight, evidence
     statistics: StatsExplanation         # the statistics part, statistic by statistic
@@ -59,26 +66,29 @@ def explain_fused_recording(path: Path, detector: FusedDetector,
                     "evidence": float(e)}
              for name, z, w, e in zip(detector.stacker.names, logits, detector.stacker.weights,
                                       evidence, strict=True)}
+    call = {"status": STATUS_OK, **call_fields(score, detector.threshold,
+                                               detector.leak_prob(score),
+                                               detector.prob_threshold),
+            **fused_domain(detector, measured), "notes": measured.notes}
     return FusedExplanation(
-        path=Path(path), score=score, leak_prob=detector.leak_prob(score),
-        decision=DECISION_NAMES[int(score >= detector.threshold)],
-        bias=detector.stacker.bias, parts=parts,
+        path=Path(path), raw_score=score, raw_threshold=detector.threshold,
+        call=with_verdict(call), bias=detector.stacker.bias, parts=parts,
         statistics=stats_explanation(path, measured.stats, detector.logger_stats))
 
 
-def to_json(ex: FusedExplanation, threshold: float) -> dict[str, Any]:
+def to_json(ex: FusedExplanation) -> dict[str, Any]:
     """The numbers: the stacked logit is ``stacker_bias`` plus the parts' ``evidence``; the
     statistics part's logit (before clipping) is ``statistics.logit_bias`` plus its
     contributions."""
-    stats = stats_json(ex.statistics, threshold)
-    return {"path": str(ex.path), "kind": "fused", "decision": ex.decision,
-            "score": ex.score, "threshold": threshold, "leak_prob": ex.leak_prob,
+    stats = stats_json(ex.statistics)
+    return {"path": str(ex.path), "kind": "fused", **call_json(ex.call),
+            "raw_score": ex.raw_score, "raw_threshold": ex.raw_threshold,
             "stacker_bias": ex.bias,
             "parts": [{"part": name, **values} for name, values in ex.parts.items()],
             "statistics": {k: stats[k] for k in ("logit_bias", "contributions")}}
 
 
-def fused_figure(ex: FusedExplanation, threshold: float) -> Figure:
+def fused_figure(ex: FusedExplanation) -> Figure:
     """Above, each part's evidence (towards LEAK right, red); below, the statistics part's
     largest contributions."""
     import matplotlib
@@ -96,9 +106,10 @@ def fused_figure(ex: FusedExplanation, threshold: float) -> Figure:
                  ha="left" if values[i] >= 0 else "right")
     top.axvline(0.0, color="black", linewidth=0.8)
     room_for_labels(top, values)
-    top.set(xlabel=f"evidence: weight x the part's logit (stacker bias {ex.bias:+.2f})",
-            title=f"{ex.path.name}: {ex.decision} (P(LEAK) {ex.score:.3f}, threshold "
-                  f"{threshold:.3f}); red: towards LEAK")
+    top.set(xlabel=f"evidence: weight x the part's logit (stacker bias {ex.bias:+.2f})")
+    top.set_title(f"{title(ex.path.name, ex.call)}\nred: towards LEAK (raw stacked "
+                  f"probability {ex.raw_score:.4f}, raw threshold {ex.raw_threshold:.4f})",
+                  fontsize=9)
     draw_statistics(bottom, ex.statistics)
     bottom.set_title("the statistics part: contributions to its logit", fontsize=9)
     return fig

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
-from leakpipe.audio.io import AudioSource, open_audio, stream_clips
+from leakpipe.audio.io import stream_clips
+from leakpipe.audio.opening import AudioSource, open_audio
 
 SILENCE_DB = -120.0     # level of a window of digital silence (log of 0 is not a number)
 

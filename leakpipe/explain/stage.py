@@ -2,13 +2,16 @@
 
 Per recording ``DIR/<stem>.png`` (``figure``; ``stats`` and ``fused`` for those kinds) and
 ``DIR/<stem>.json`` (the same numbers), each written atomically (two recordings with one stem
-get ``<stem>-2``, ...). The detector, its scoring rules, the runtime and the batch size come
+get ``<stem>-2``, ...), and one line with the call as predict's row says it
+(``figure.call_text``: the verdict, ``leak_prob`` and ``threshold`` on one scale, a shifted
+recording's reason). The detector, its scoring rules, the runtime and the batch size come
 from predict's own functions, so the unoccluded scores are predict's. A recording that cannot
 be read gets one line naming it and its reason; the others are still explained, and the exit
 code is then 3 (data).
 
 ``explain_leaks`` is `leakpipe predict --explain DIR`: the same for every recording predict's CSV
-calls LEAK (the rows kept by ``--resume`` included), after predict has written it.
+calls LEAK (``decision``, the model's call: UNCERTAIN recordings it calls LEAK too; the rows
+kept by ``--resume`` included), after predict has written it.
 """
 
 from __future__ import annotations
@@ -25,18 +28,15 @@ from typing import Any
 from leakpipe.allocator import retain_freed_memory
 from leakpipe.constants import DECISION_NAMES
 from leakpipe.errors import DataError
-from leakpipe.explain.figure import explanation_figure
+from leakpipe.explain.figure import call_text, explanation_figure
 from leakpipe.explain.occlusion import FILLS
 from leakpipe.explain.recording import Explanation, explain_recording, to_json
 from leakpipe.files import json_text, os_problem, write_bytes_atomic, write_text_atomic
-from leakpipe.predict import (
-    batch_budget,
-    clip_scoring,
-    find_recordings,
-    resolve_model,
-    scoring_rules,
-)
+from leakpipe.predict import resolve_model
+from leakpipe.predict_inputs import find_recordings
 from leakpipe.predict_rows import STATUS_OK
+from leakpipe.predict_rules import batch_budget, scoring_rules
+from leakpipe.predict_scoring import clip_scoring
 from leakpipe.predict_target import check_folder
 from leakpipe.runtime import Runtime, make_runtime
 from leakpipe.stats_detector import FusedDetector, StatsDetector, load_any_detector
@@ -72,8 +72,7 @@ def run_explain(paths: Sequence[Path], model: str, out: Path, params: Path, *,
                                min_fraction=rules.min_clip_fraction,
                                bands_per_group=bands_per_group, fill=fill)
         return Rendered(explanation_figure(ex), to_json(ex),
-                        f"{ex.decision} (score {ex.score:.3f}, threshold "
-                        f"{detector.threshold:g}); {_top(ex)}")
+                        f"{call_text(ex.shown)}; {_top(ex)}")
 
     return _explain_each(paths, out, explain)
 
@@ -85,10 +84,8 @@ def _explain_stats(paths: Sequence[Path], detector: StatsDetector, out: Path) ->
     def explain(path: Path) -> Rendered:
         ex = stats.explain_stats_recording(path, detector)
         top = next(iter(ex.contributions.items()))
-        return Rendered(stats.stats_figure(ex, detector.threshold),
-                        stats.to_json(ex, detector.threshold),
-                        f"{ex.decision} (P(LEAK) {ex.score:.3f}, threshold "
-                        f"{detector.threshold:g}); most from {top[0]} ({top[1]:+.2f} to the "
+        return Rendered(stats.stats_figure(ex), stats.to_json(ex),
+                        f"{call_text(ex.call)}; most from {top[0]} ({top[1]:+.2f} to the "
                         "logit)")
 
     return _explain_each(paths, out, explain)
@@ -105,10 +102,8 @@ def _explain_fused(paths: Sequence[Path], detector: FusedDetector, out: Path, pa
     def explain(path: Path) -> Rendered:
         ex = fused.explain_fused_recording(path, detector, scoring)
         top = max(ex.parts, key=lambda k: abs(ex.parts[k]["evidence"]))
-        return Rendered(fused.fused_figure(ex, detector.threshold),
-                        fused.to_json(ex, detector.threshold),
-                        f"{ex.decision} (P(LEAK) {ex.score:.3f}, threshold "
-                        f"{detector.threshold:g}); most from the {top} part "
+        return Rendered(fused.fused_figure(ex), fused.to_json(ex),
+                        f"{call_text(ex.call)}; most from the {top} part "
                         f"({ex.parts[top]['evidence']:+.2f} to the logit)")
 
     return _explain_each(paths, out, explain)
@@ -171,7 +166,7 @@ def _top(ex: Explanation) -> str:
     if not side:
         return "no band group pushed it that way"
     g = side[0]
-    return f"most from {ex.groups[g].label} (score {ex.scores_without[g]:.3f} without it)"
+    return f"most from {ex.groups[g].label} (leak_prob {ex.leak_prob_without(g):.4f} without it)"
 
 
 def _unique(stem: str, seen: dict[str, int]) -> str:

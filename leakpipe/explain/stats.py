@@ -6,6 +6,11 @@ approximation: the logit is the bias plus, per statistic, coefficient x standard
 (e.g. a quiet moment louder than the training recordings': a source that never goes quiet), a
 negative one away from it. The figure shows the largest contributions either way beside the
 recording's value and the training mean.
+
+The call is given as predict's row gives it (``call``: the verdict, the model's ``decision``,
+``leak_prob`` and ``threshold`` on one calibrated scale, the statistics' domain check and the
+notes); ``raw_score`` and ``raw_threshold`` are the model's probability and the threshold the
+call is taken on.
 """
 
 from __future__ import annotations
@@ -17,9 +22,12 @@ from typing import Any
 import numpy as np
 from matplotlib.figure import Figure
 
-from leakpipe.constants import DECISION_NAMES
+from leakpipe.decision.verdict import call_fields, with_verdict
 from leakpipe.errors import DataError
+from leakpipe.explain.figure import title
 from leakpipe.features.recording_stats import stat_names
+from leakpipe.predict_rows import STATUS_OK
+from leakpipe.predict_stats import stats_domain_fields
 from leakpipe.stats_detector import StatsDetector, measure
 
 SHOWN = 12   # contributions drawn in the figure (the JSON holds all)
@@ -29,9 +37,9 @@ LABEL_ROOM = 2.2   # x limits in units of the longest bar: its label fits beyond
 @dataclass(frozen=True)
 class StatsExplanation:
     path: Path
-    score: float                    # the net's P(LEAK), compared with the threshold
-    leak_prob: float                # calibrated
-    decision: str
+    raw_score: float                # the net's P(LEAK), compared with raw_threshold
+    raw_threshold: float
+    call: dict[str, Any]            # verdict, decision, leak_prob, threshold, domain, notes
     bias: float
     contributions: dict[str, float]  # name -> coefficient x standardised value, largest |.| first
     values: dict[str, float]         # the recording's statistics (NaN: missing band)
@@ -39,7 +47,7 @@ class StatsExplanation:
 
 
 def explain_stats_recording(path: Path, detector: StatsDetector) -> StatsExplanation:
-    from leakpipe.audio.io import open_audio
+    from leakpipe.audio.opening import open_audio
 
     measured = measure(open_audio(path), detector)
     if measured.stats is None:
@@ -58,16 +66,26 @@ def stats_explanation(path: Path, stats: np.ndarray,
     every = stat_names(detector.stats)
     values = {n: float(stats[every.index(n)]) for n in detector.net.names}
     means = dict(zip(detector.net.names, detector.net.mean.tolist(), strict=True))
+    call = {"status": STATUS_OK, **call_fields(score, detector.threshold,
+                                               detector.leak_prob(score),
+                                               detector.prob_threshold),
+            **stats_domain_fields(detector, stats), "notes": ""}
     return StatsExplanation(
-        path=Path(path), score=score, leak_prob=detector.leak_prob(score),
-        decision=DECISION_NAMES[int(score >= detector.threshold)],
-        bias=float(detector.net.linear.bias.detach()[0]),
+        path=Path(path), raw_score=score, raw_threshold=detector.threshold,
+        call=with_verdict(call), bias=float(detector.net.linear.bias.detach()[0]),
         contributions={k: moved[k] for k in order}, values=values, train_mean=means)
 
 
-def to_json(ex: StatsExplanation, threshold: float) -> dict[str, Any]:
-    return {"path": str(ex.path), "kind": "logger_stats", "decision": ex.decision,
-            "score": ex.score, "threshold": threshold, "leak_prob": ex.leak_prob,
+def call_json(call: dict[str, Any]) -> dict[str, Any]:
+    """A call's fields as an explanation's JSON gives them (a blank distance: null)."""
+    keys = ("verdict", "decision", "leak_prob", "threshold", "domain", "domain_distance",
+            "domain_reason", "notes")
+    return {k: None if k == "domain_distance" and call[k] == "" else call[k] for k in keys}
+
+
+def to_json(ex: StatsExplanation) -> dict[str, Any]:
+    return {"path": str(ex.path), "kind": "logger_stats", **call_json(ex.call),
+            "raw_score": ex.raw_score, "raw_threshold": ex.raw_threshold,
             "logit_bias": ex.bias,
             "contributions": [{"statistic": k, "contribution": v,
                                "value": _plain(ex.values[k]),
@@ -79,7 +97,7 @@ def _plain(value: float) -> float | None:
     return None if not np.isfinite(value) else value
 
 
-def stats_figure(ex: StatsExplanation, threshold: float) -> Figure:
+def stats_figure(ex: StatsExplanation) -> Figure:
     """Horizontal bars of the largest contributions (towards LEAK right, red)."""
     import matplotlib
 
@@ -87,8 +105,9 @@ def stats_figure(ex: StatsExplanation, threshold: float) -> Figure:
     fig = Figure(figsize=(8.0, 0.35 * min(len(ex.contributions), SHOWN) + 1.6),
                  layout="constrained")
     draw_statistics(fig.subplots(), ex)
-    fig.axes[0].set_title(f"{ex.path.name}: {ex.decision} (P(LEAK) {ex.score:.3f}, threshold "
-                          f"{threshold:.3f}); red: towards LEAK")
+    fig.axes[0].set_title(f"{title(ex.path.name, ex.call)}\nred: towards LEAK (raw model "
+                          f"probability {ex.raw_score:.4f}, raw threshold "
+                          f"{ex.raw_threshold:.4f})", fontsize=9)
     return fig
 
 
@@ -113,5 +132,5 @@ def room_for_labels(ax: Any, values: list[float]) -> None:
     ax.set_xlim(-LABEL_ROOM * reach, LABEL_ROOM * reach)
 
 
-__all__ = ["StatsExplanation", "draw_statistics", "explain_stats_recording",
+__all__ = ["StatsExplanation", "call_json", "draw_statistics", "explain_stats_recording",
            "room_for_labels", "stats_explanation", "stats_figure", "to_json"]

@@ -1,8 +1,10 @@
 """The whole sim-to-real check: zero-shot figures, then leave-one-recording-out adaptation.
 
-``sim_to_real`` returns the JSON-ready summary (``leakpipe.realcheck.findings``);
-``write_outputs`` writes it and its figure. Training happens in a temporary folder that is
-removed afterwards; nothing is written into the project's data, models or metrics.
+``sim_to_real`` returns the JSON-ready summary (``leakpipe.realcheck.findings``), whose
+``detector`` block names the scored file with its sha256 (the model card quotes the figures only
+for that very file); ``write_outputs`` writes it and its figure. Training happens in a
+temporary folder that is removed afterwards; nothing is written into the project's data, models
+or metrics.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from typing import Any
 
 from leakpipe.config import DecisionConfig, RuntimeConfig, TrainConfig
 from leakpipe.detector import load_detector
-from leakpipe.predict import scoring_rules
+from leakpipe.files import file_sha256
+from leakpipe.predict_rules import scoring_rules
 from leakpipe.realcheck import findings
 from leakpipe.realcheck.fewshot import FewShotConfig, leave_one_out
 from leakpipe.realcheck.scoring import Scoring, load_recordings, score_recordings
@@ -45,7 +48,8 @@ def sim_to_real(detector_path: Path, real_dir: Path, base: TrainConfig,
              sum(len(r.mel) for r in recordings))
     zero = score_recordings(detector, recordings, scoring)
     summary: dict[str, Any] = {
-        "detector": {"path": str(detector_path), **findings.detector_info(detector)},
+        "detector": {"path": str(detector_path), "sha256": file_sha256(Path(detector_path)),
+                     **findings.detector_info(detector)},
         "recordings": {r.recording_id: r.label for r in recordings},
         "zero_shot": findings.zero_shot(detector, recordings, zero, resamples=resamples,
                                       confidence=confidence, seed=cfg.seed if cfg else 0),

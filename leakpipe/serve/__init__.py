@@ -6,7 +6,7 @@ selected) as an MLflow pyfunc model (``log_served_detector``) and registers it a
 ``mlflow models serve -m models:/leakpipe-detector@champion --env-manager local`` answers a
 client with recording decisions, not segment scores: for a `cnn` detector the same
 segmentation, voting, threshold and rule as `leakpipe predict`, through the same code
-(``predict.score_recordings``); for a `logger_stats` detector the same statistics and signal
+(``predict_scoring.score_recordings``); for a `logger_stats` detector the same statistics and signal
 checks as predict's (``stats_detector.measure``), one verdict per recording; for a `fused`
 detector the same one decoding into the CNN part's clips and the statistics, stacked, as
 predict's (``predict_fused.measure_fused``), one verdict per recording.
@@ -25,12 +25,15 @@ resamples to its model's, a `logger_stats` one measures at that rate, a `fused` 
 on the server's disk for whoever asks; files are `leakpipe predict`'s input.
 
 Output, one row per recording in input order, the same columns for every kind: ``id`` and then
-predict's columns (``status``, ``leak_prob``, ``decision``, ``threshold``, ``rule``,
+predict's columns (``status``, ``verdict``, ``leak_prob``, ``decision``, ``threshold``, ``rule``,
 ``prob_mode``, ``vote_fraction``, ``frac_long_over``, ``n_long``, ``duration_s``, ``band_hz``,
 ``band_limited``, ``domain``, ``domain_distance``, ``domain_reason``, ``long_starts_s``,
 ``long_clips``, ``long_probs``, ``notes``), the timeline as three lists in time order (each long
-segment's start in seconds, its clip, its probability). A `logger_stats` detector has no
-segments: its ``rule`` is ``logger_stats``, ``prob_mode`` is "", ``vote_fraction``,
+segment's start in seconds, its clip, its probability). ``leak_prob`` and ``threshold`` are on
+one scale, as predict's CSV shows them (4 digits; ``decision``, the model's call, is LEAK
+exactly when ``leak_prob`` reaches ``threshold``); ``verdict`` is LEAK, NOLEAK, UNCERTAIN
+(``domain`` shifted: ``notes`` say why and what to do) or UNUSABLE (no call). A `logger_stats`
+detector has no segments: its ``rule`` is ``logger_stats``, ``prob_mode`` is "", ``vote_fraction``,
 ``frac_long_over`` and ``n_long`` are null and the timeline lists empty; ``band_hz`` is the
 recording's own Nyquist frequency, ``band_limited`` says a statistic it reads is missing at that
 rate, and its domain check is that of its statistics (``decision.stats_domain``). A `fused`

@@ -1,17 +1,19 @@
 """A served `cnn` detector: `leakpipe predict`'s rows of in-memory recordings, through the same
-code (``predict.score_recordings``: segmentation, voting, threshold, signal checks, domain)."""
+code (``predict_scoring.score_recordings``: segmentation, voting, threshold, signal checks,
+domain)."""
 
 from __future__ import annotations
 
 import logging
 from typing import Any
 
-from leakpipe.audio.io import AudioSource
+from leakpipe.audio.opening import AudioSource
 from leakpipe.audio.quality import DEAD_ONLY
 from leakpipe.detector import Detector
 from leakpipe.errors import DataError
-from leakpipe.predict import ScoringRules, batch_budget, score_recordings
 from leakpipe.predict_rows import Failed, error_row
+from leakpipe.predict_rules import ScoringRules, batch_budget
+from leakpipe.predict_scoring import score_recordings
 from leakpipe.runtime import make_runtime
 
 log = logging.getLogger(__name__)

@@ -7,17 +7,18 @@ cut from the same blocks scored by the CNN part with its own scoring rules (``se
 served_rules``), the two parts' recording logits stacked. The answer has the same columns as
 the other kinds' (``leakpipe.serve``):
 
-- ``leak_prob`` the calibrated stacked probability, ``threshold`` the operating point on that
-  scale, ``decision``, ``rule`` ``fused``, ``duration_s``, ``band_hz`` (the recording's own
-  Nyquist frequency);
+- ``verdict``, ``leak_prob`` the calibrated stacked probability, ``threshold`` the operating
+  point on that scale, ``decision`` (the model's call), ``rule`` ``fused``, ``duration_s``,
+  ``band_hz`` (the recording's own Nyquist frequency);
 - ``band_limited``: a part reads something the recording's rate cannot fill (a statistic the
   statistics part reads is missing, or the Nyquist frequency lies below the CNN's ``fmax``);
-- the domain check of **both** parts: the statistics part's (``decision.stats_domain``) and the
-  CNN part's (its band profile against evaluate's reference, ``decision.domain``; a part
-  without a reference says nothing). ``domain`` is ``shifted`` when either part's check is,
-  ``domain_reason`` names the part (``logger_stats statistic: ...``, ``cnn band: ...``),
-  ``domain_distance`` is the larger of the two distances, each over its own limit (the
-  statistics' 1, the CNN's val threshold): above 1 a part is past its limit;
+- the domain check of **both** parts, as predict's CSV has it (``predict_fused.fused_domain``):
+  the statistics part's (``decision.stats_domain``) and the CNN part's (its band profile
+  against evaluate's reference, ``decision.domain``; a part without a reference says nothing).
+  ``domain`` is ``shifted`` when either part's check is, ``domain_reason`` names the part
+  (``logger_stats statistic: ...``, ``cnn band: ...``), ``domain_distance`` is the larger of
+  the two distances, each over its own limit (the statistics' 1, the CNN's val threshold):
+  above 1 a part is past its limit; ``verdict`` is then UNCERTAIN;
 - empty, as for `logger_stats` (one verdict per recording, no segment timeline): ``prob_mode``
   "", ``vote_fraction``, ``frac_long_over`` and ``n_long`` null, the timeline lists [];
 - ``notes``: the checks that only flag the recording, each part's evidence (weight x logit:
@@ -30,21 +31,21 @@ logger is ``unusable``, never NOLEAK.
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Any
 
 import numpy as np
 
 from leakpipe.audio.clips import AudioError
-from leakpipe.audio.io import AudioSource
-from leakpipe.constants import DECISION_NAMES
-from leakpipe.decision.domain import IN, SHIFTED, UNKNOWN, DomainCheck, assess
-from leakpipe.decision.stats_domain import assess_stats
-from leakpipe.features.mel import band_centers_hz
-from leakpipe.predict import clip_scoring
-from leakpipe.predict_fused import ClipScoring, FusedMeasured, measure_fused
+from leakpipe.audio.opening import AudioSource
+from leakpipe.decision.verdict import DECIMALS, call_fields, with_verdict
+from leakpipe.predict_fused import (  # combined_domain here too for its callers
+    combined_domain,
+    fused_domain,
+    measure_fused,
+)
 from leakpipe.predict_inputs import Unusable
-from leakpipe.predict_rows import DECIMALS, STATUS_ERROR, STATUS_OK, STATUS_UNUSABLE, Failed
+from leakpipe.predict_rows import STATUS_ERROR, STATUS_OK, STATUS_UNUSABLE, Failed
+from leakpipe.predict_scoring import ClipScoring, clip_scoring
 from leakpipe.predict_stats import top_statistic
 from leakpipe.runtime import make_runtime
 from leakpipe.serve.cnn import served_rules
@@ -79,15 +80,15 @@ def fused_row(source: AudioSource | Failed, detector: FusedDetector,
                            "threshold": round(detector.prob_threshold, DECIMALS),
                            "decision": "", "domain": "", "domain_reason": "", "notes": ""}
     if isinstance(source, Failed):
-        return {**row, "status": source.status, "notes": source.reason}
+        return with_verdict({**row, "status": source.status, "notes": source.reason})
     row.update(duration_s=round(source.frames / source.sample_rate, DECIMALS),
                band_hz=source.sample_rate / 2)
     try:
         measured = measure_fused(source, detector, scoring)
     except Unusable as exc:
-        return {**row, "status": STATUS_UNUSABLE, "notes": str(exc)}
+        return with_verdict({**row, "status": STATUS_UNUSABLE, "notes": str(exc)})
     except AudioError as exc:
-        return {**row, "status": STATUS_ERROR, "notes": str(exc)}
+        return with_verdict({**row, "status": STATUS_ERROR, "notes": str(exc)})
     score = float(detector.probability(measured.cnn_prob, measured.stats[None, :])[0])
     evidence = detector.evidence(measured.cnn_prob, measured.stats)
     used = np.asarray(measured.stats, np.float64)[detector.logger_stats.columns]     # (S,)
@@ -95,39 +96,13 @@ def fused_row(source: AudioSource | Failed, detector: FusedDetector,
                                                      for part, value in evidence.items()),
              "top statistic " + top_statistic(detector.logger_stats.contributions(
                  measured.stats))]
-    return {**row, **domain_fields(detector, measured),
-            "leak_prob": round(detector.leak_prob(score), DECIMALS),
-            "decision": DECISION_NAMES[int(score >= detector.threshold)],
-            "band_limited": bool(not np.isfinite(used).all()
-                                 or measured.rate / 2 < detector.cnn.features.fmax),
-            "notes": "; ".join(filter(None, notes))}
+    return with_verdict({
+        **row, **fused_domain(detector, measured),
+        **call_fields(score, detector.threshold, detector.leak_prob(score),
+                      detector.prob_threshold),
+        "band_limited": bool(not np.isfinite(used).all()
+                             or measured.rate / 2 < detector.cnn.features.fmax),
+        "notes": "; ".join(filter(None, notes))})
 
 
-def domain_fields(detector: FusedDetector, measured: FusedMeasured) -> dict[str, Any]:
-    """``domain``, ``domain_distance`` and ``domain_reason`` of both parts' checks."""
-    net, f = detector.logger_stats.net, detector.cnn.features
-    used = np.asarray(measured.stats, np.float64)[detector.logger_stats.columns]
-    checks = {"cnn": assess(detector.cnn.domain, measured.profile,
-                            band_centers_hz(f.n_mels, f.fmin, f.fmax), measured.rate / 2),
-              detector.logger_stats.kind: assess_stats(net.mean.numpy(), net.scale.numpy(),
-                                                       net.names, used)}
-    limits = {"cnn": detector.cnn.domain.threshold if detector.cnn.domain else math.nan,
-              detector.logger_stats.kind: 1.0}
-    return combined_domain(checks, limits)
-
-
-def combined_domain(checks: dict[str, DomainCheck],
-                    limits: dict[str, float]) -> dict[str, Any]:
-    """Parts' checks -> one answer: ``shifted`` when a part's is, ``in`` when every part that
-    knows says so, ``unknown`` when none knows; the distance is the largest of the parts'
-    distances over their limits (None when none has one)."""
-    known = {part: c for part, c in checks.items() if c.domain != UNKNOWN}
-    shifted = [f"{part} {c.reason}" for part, c in known.items() if c.domain == SHIFTED]
-    scaled = [c.distance / limits[part] for part, c in known.items()
-              if math.isfinite(c.distance) and limits[part] > 0]
-    domain = SHIFTED if shifted else IN if known else UNKNOWN
-    return {"domain": domain, "domain_reason": "; ".join(shifted),
-            "domain_distance": round(max(scaled), DECIMALS) if scaled else None}
-
-
-__all__ = ["FusedScorer", "combined_domain", "domain_fields", "fused_row"]
+__all__ = ["FusedScorer", "combined_domain", "fused_row"]

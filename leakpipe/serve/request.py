@@ -17,14 +17,14 @@ import numpy as np
 import pandas as pd
 
 from leakpipe.audio.clips import AudioError
-from leakpipe.audio.io import AudioSource, waveform_source
+from leakpipe.audio.opening import AudioSource, waveform_source
 from leakpipe.predict_rows import COLUMNS, TIMELINE, Failed
 
 OUTPUT_COLUMNS = ("id", *(c for c in COLUMNS if c != "path"))
 NUMBER_COLUMNS = ("leak_prob", "threshold", "vote_fraction", "frac_long_over", "duration_s",
                   "band_hz", "domain_distance")
-TEXT_COLUMNS = ("id", "status", "decision", "rule", "prob_mode", "domain", "domain_reason",
-                "notes")
+TEXT_COLUMNS = ("id", "status", "verdict", "decision", "rule", "prob_mode", "domain",
+                "domain_reason", "notes")
 
 
 def request_sources(frame: pd.DataFrame) -> tuple[list[str], list[AudioSource | Failed]]:

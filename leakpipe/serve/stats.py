@@ -2,11 +2,12 @@
 
 Each waveform is measured as `leakpipe predict` measures a file of this kind (``stats_detector.
 measure``: the statistics at its own rate, build's signal checks), and the answer has the same
-columns as a `cnn` detector's (``leakpipe.serve``): ``leak_prob`` the calibrated probability,
-``threshold`` the operating point on that scale, ``decision``, ``rule`` ``logger_stats``,
-``duration_s``, ``band_hz`` (the recording's own Nyquist frequency) and ``band_limited`` (a
-statistic the detector reads is missing at that rate), the domain check of its statistics
-(``decision.stats_domain``). What this kind does not have is empty: ``prob_mode`` "",
+columns as a `cnn` detector's (``leakpipe.serve``): ``verdict``, ``leak_prob`` the calibrated
+probability, ``threshold`` the operating point on that scale (both as predict's CSV shows them),
+``decision`` (the model's call), ``rule`` ``logger_stats``, ``duration_s``, ``band_hz`` (the
+recording's own Nyquist frequency) and ``band_limited`` (a statistic the detector reads is
+missing at that rate), the domain check of its statistics (``decision.stats_domain``,
+predict's ``stats_domain_fields``). What this kind does not have is empty: ``prob_mode`` "",
 ``vote_fraction``, ``frac_long_over`` and ``n_long`` null, the timeline lists []. ``notes``
 carries the checks that only flag the recording and the statistic that moved the score most.
 
@@ -22,11 +23,11 @@ from typing import Any
 import numpy as np
 
 from leakpipe.audio.clips import AudioError
-from leakpipe.audio.io import AudioSource
+from leakpipe.audio.opening import AudioSource
 from leakpipe.audio.quality import DEAD
-from leakpipe.constants import DECISION_NAMES
-from leakpipe.decision.stats_domain import assess_stats
-from leakpipe.predict_rows import DECIMALS, STATUS_ERROR, STATUS_OK, STATUS_UNUSABLE, Failed
+from leakpipe.decision.verdict import DECIMALS, call_fields, with_verdict
+from leakpipe.predict_rows import STATUS_ERROR, STATUS_OK, STATUS_UNUSABLE, Failed
+from leakpipe.predict_stats import stats_domain_fields
 from leakpipe.stats_detector import StatsDetector, measure
 
 EXAMPLE_SECONDS = 2.0      # length of the logged input example's recordings
@@ -62,31 +63,28 @@ def stats_row(source: AudioSource | Failed, detector: StatsDetector) -> dict[str
                            "threshold": round(detector.prob_threshold, DECIMALS),
                            "decision": "", "domain": "", "domain_reason": "", "notes": ""}
     if isinstance(source, Failed):
-        return {**row, "status": source.status, "notes": source.reason}
+        return with_verdict({**row, "status": source.status, "notes": source.reason})
     try:
         measured = measure(source, detector)
     except AudioError as exc:
-        return {**row, "status": STATUS_ERROR, "notes": str(exc)}
+        return with_verdict({**row, "status": STATUS_ERROR, "notes": str(exc)})
     row.update(duration_s=round(measured.seconds, DECIMALS), band_hz=measured.rate / 2)
     if measured.stats is None:
-        return {**row, "status": STATUS_UNUSABLE,
-                "notes": f"{source.path}: {'; '.join(measured.problems)}: no leak decision on "
-                         "this signal (build.quality.reject; a dead channel always)"}
+        return with_verdict({
+            **row, "status": STATUS_UNUSABLE,
+            "notes": f"{source.path}: {'; '.join(measured.problems)}: no leak decision on this "
+                     "signal (build.quality.reject; a dead channel always)"})
     used = np.asarray(measured.stats, dtype=np.float64)[detector.columns]       # (S,)
-    net = detector.net
-    check = assess_stats(net.mean.numpy(), net.scale.numpy(), net.names, used)
     score = float(detector.probability(measured.stats[None, :])[0])
     moved = detector.contributions(measured.stats)
     top = max(moved, key=lambda k: abs(moved[k]))
     notes = [*(f"flagged: {flag}" for flag in measured.flags), f"top statistic {top} "
              f"{moved[top]:+.2f}"]
-    return {**row, "leak_prob": round(detector.leak_prob(score), DECIMALS),
-            "decision": DECISION_NAMES[int(score >= detector.threshold)],
-            "band_limited": bool(not np.isfinite(used).all()),
-            "domain": check.domain, "domain_reason": check.reason,
-            "domain_distance": (round(check.distance, DECIMALS)
-                                if np.isfinite(check.distance) else None),
-            "notes": "; ".join(notes)}
+    return with_verdict({
+        **row, **call_fields(score, detector.threshold, detector.leak_prob(score),
+                             detector.prob_threshold),
+        "band_limited": bool(not np.isfinite(used).all()),
+        **stats_domain_fields(detector, measured.stats), "notes": "; ".join(notes)})
 
 
 __all__ = ["EXAMPLE_SECONDS", "StatsScorer", "stats_row", "with_dead_refused"]

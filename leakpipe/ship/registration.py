@@ -211,7 +211,8 @@ def _why(report: Mapping[str, Any]) -> str:
         return head + f": params.yaml `detector.method` names it ({method})."
     auc = report.get("cv_recording_roc_auc", {})
     text = (head + ": `detector.method` auto, and grouped cross-validation selected it "
-            f"(pooled recording ROC-AUC {auc.get('mean', float('nan')):.3f} "
+            "(the kind's fold fits, not this file: pooled recording ROC-AUC "
+            f"{auc.get('mean', float('nan')):.3f} "
             f"[{auc.get('ci_low', float('nan')):.3f}, {auc.get('ci_high', float('nan')):.3f}] "
             f"over {report.get('cv_recordings')} recordings at {report.get('cv_sites')} sites; "
             f"a more complex kind must win by more than {report.get('selection_margin')})")

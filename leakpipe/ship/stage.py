@@ -46,8 +46,8 @@ log = logging.getLogger(__name__)
 STAGE = "ship"
 CNN, STATS, FUSED = "cnn", "logger_stats", "fused"
 SPLITS = ("train", "val", "test")
-PREDICTION_COLUMNS = ("split", "recording_id", "group", "truth", "score", "leak_prob",
-                      "leak_decision")
+PREDICTION_COLUMNS = ("split", "recording_id", "group", "truth", "leak_prob", "decision",
+                      "threshold", "raw_score")   # `leakpipe predict`'s names and scales
 
 
 @dataclass(frozen=True)

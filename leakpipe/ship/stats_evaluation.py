@@ -37,7 +37,9 @@ from leakpipe.config import (
 )
 from leakpipe.data.reader import open_split
 from leakpipe.decision.calibration import Calibration, fit_platt
+from leakpipe.decision.verdict import call_fields
 from leakpipe.decision.voting import decide
+from leakpipe.predict_stats import RAW_DECIMALS
 from leakpipe.stats_detector import StatsDetector
 
 log = logging.getLogger(__name__)
@@ -90,16 +92,22 @@ def split_report(name: str, table: RecordingTable, scores: np.ndarray, threshold
                  calibration: Calibration,
                  ev: EvaluateConfig) -> tuple[dict[str, float], list[dict[str, Any]]]:
     """One split's recording figures (test's with site-bootstrap intervals) and its rows of
-    reports/shipped_predictions.csv, for (R,) recording scores decided at ``threshold``."""
+    reports/shipped_predictions.csv, for (R,) recording scores decided at ``threshold``.
+
+    A row has `leakpipe predict`'s names and scales: ``leak_prob`` (calibrated) and
+    ``threshold`` (the operating point through the same calibration) as predict shows them,
+    ``decision`` (taken on the raw score, so LEAK exactly when the shown ``leak_prob`` reaches
+    the shown ``threshold``) and ``raw_score`` (the score the call is taken on)."""
     decided = decide(scores, threshold)[0]
     figures = recording_figures(name, table.truth, decided, scores, table.group,
                                 intervals=ev if name == TEST else None, counts=True)
     probs = calibration.prob(scores)
+    prob_threshold = float(calibration.prob(threshold))
     rows = [{"split": name, "recording_id": rid, "group": grp, "truth": int(t),
-             "score": f"{s:.6g}", "leak_prob": f"{p:.4f}",
-             "leak_decision": "LEAK" if d else "NOLEAK"}
-            for rid, grp, t, s, p, d in zip(table.recording_id, table.group, table.truth,
-                                            scores, probs, decided, strict=True)]
+             **call_fields(float(s), threshold, float(p), prob_threshold),
+             "raw_score": round(float(s), RAW_DECIMALS)}
+            for rid, grp, t, s, p in zip(table.recording_id, table.group, table.truth,
+                                         scores, probs, strict=True)]
     return figures, rows
 
 

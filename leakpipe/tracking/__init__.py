@@ -4,7 +4,8 @@ Tracking URI: ``MLFLOW_TRACKING_URI`` if set, else ``sqlite:///<repo root>/mlrun
 with artifacts under ``<repo root>/mlruns/artifacts``; the repo root is ``DVC_ROOT`` when DVC
 runs the stage. Every run is tagged with its stage, the DVC experiment and the git commit, so
 each MLflow run maps back to a DVC experiment; a FAILED run also with its one-line error
-(``leakpipe.error``). The experiment is marked as a model-training one (``mlflow.experimentKind``),
+(``leakpipe.error``, repeated at the end of its description), a KILLED one says what stopped
+it. The experiment is marked as a model-training one (``mlflow.experimentKind``),
 not a GenAI one.
 
 A tracker also logs the trained network (``log_model``: ``mlflow.pytorch`` with a signature and
@@ -14,8 +15,10 @@ pyfunc model from code (the served detector, built in ``leakpipe.serve``).
 
 Modules: ``names`` (experiment, tag and artifact names), ``trackers`` (the ``Tracker``
 protocol, ``NullTracker``, ``MlflowTracker``), ``runs`` (the store, starting, finding and
-closing runs), ``models`` (detector files as MLflow logged models, and their versions in the
-model registry with the aliases ``candidate`` / ``champion`` / ``adapted``). Callers use this
+closing runs), ``relocate`` (a SQLite store moved or copied with its project: artifact
+locations rewritten to its folder now; `leakpipe tracking repoint`), ``models`` (detector files
+as MLflow logged models, and their versions in the model registry with the aliases
+``candidate`` / ``champion`` / ``adapted``). Callers use this
 package's names (``tracking.start_run``); to replace a function in a test, patch it in the
 module that calls it (``leakpipe.tracking.runs.tracking_uri`` for ``start_run``), not here.
 """
@@ -70,6 +73,7 @@ from leakpipe.tracking.names import (
     TAG_UNVALIDATED,
     split_digests,
 )
+from leakpipe.tracking.relocate import Repointed, moved_from, repoint, store_file
 from leakpipe.tracking.runs import (
     artifact_root,
     end_run_by_id,
@@ -125,6 +129,7 @@ __all__ = [
     "MlflowTracker",
     "NullTracker",
     "RegistryError",
+    "Repointed",
     "Tracker",
     "alias_version",
     "artifact_root",
@@ -139,7 +144,9 @@ __all__ = [
     "is_model_uri",
     "log_pyfunc",
     "model_flavors",
+    "moved_from",
     "register_detector",
+    "repoint",
     "run_tag",
     "run_tags",
     "scratch_dir",
@@ -147,6 +154,7 @@ __all__ = [
     "set_version_tags",
     "split_digests",
     "start_run",
+    "store_file",
     "shown_tracking_uri",
     "tracking_uri",
 ]

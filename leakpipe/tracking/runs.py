@@ -3,7 +3,8 @@
 Tracking URI: ``MLFLOW_TRACKING_URI`` if set, else ``sqlite:///<repo root>/mlruns/mlflow.db``
 with artifacts under ``<repo root>/mlruns/artifacts``; the repo root is ``DVC_ROOT`` when DVC
 runs the stage. Every run is tagged with its stage, the DVC experiment and the git commit, so
-each MLflow run maps back to a DVC experiment.
+each MLflow run maps back to a DVC experiment. A SQLite store that was moved or copied with its
+project is repointed at its own folder before a run starts (``relocate.follow_move``).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from leakpipe.tracking.names import (
     TAG_GIT_COMMIT,
     TAG_STAGE,
 )
+from leakpipe.tracking.relocate import ARTIFACTS_DIR, follow_move, store_file
 from leakpipe.tracking.trackers import MlflowTracker
 
 log = logging.getLogger(__name__)
@@ -58,10 +60,10 @@ def artifact_root(root: Path | None = None) -> Path:
     (``<store folder>/artifacts``: the project's ``mlruns/artifacts`` by default, a scratch
     store's own folder for a benchmark or a test, never the project's folder for another
     store's runs); for a server or database store, ``<root>/mlruns/artifacts``."""
-    uri = tracking_uri(root)
-    if uri.startswith("sqlite:///"):
-        return Path(uri.removeprefix("sqlite:///")).parent / "artifacts"
-    return (root or repo_root()) / "mlruns" / "artifacts"
+    store = store_file(tracking_uri(root))
+    if store is not None:
+        return store.parent / ARTIFACTS_DIR
+    return (root or repo_root()) / "mlruns" / ARTIFACTS_DIR
 
 
 def run_tags(stage: str, root: Path, extra: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -148,7 +150,9 @@ def start_run(stage: str, *, tags: Mapping[str, str] | None = None,
               started_at: float | None = None,
               ended_at: float | None = None) -> Iterator[MlflowTracker]:
     """One MLflow run for one stage execution; FAILED on error (tagged ``leakpipe.error`` with
-    its one line, so the run says why), KILLED on interrupt.
+    its one line, which also ends the run's description, so the run says why), KILLED on
+    interrupt (its description says what stopped it); else what the tracker's ``end_as``
+    chose (FINISHED unless told: a pruned tuning trial ends KILLED).
 
     ``started_at`` / ``ended_at`` (seconds since the epoch, ``time.time()``): when the work the
     run records began / ended, for a run opened after its work (a stage logs its figures once
@@ -169,8 +173,10 @@ def start_run(stage: str, *, tags: Mapping[str, str] | None = None,
 
     root = repo_root()
     uri = tracking_uri(root)
-    if uri.startswith("sqlite:///"):
-        Path(uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+    store = store_file(uri)
+    if store is not None:
+        store.parent.mkdir(parents=True, exist_ok=True)
+        follow_move(store)          # a moved or copied project: artifacts beside the store
     mlflow.set_tracking_uri(uri)
     experiment = os.environ.get("MLFLOW_EXPERIMENT_NAME", DEFAULT_EXPERIMENT)
     experiment_id = _ensure_experiment(experiment, root)
@@ -189,15 +195,18 @@ def start_run(stage: str, *, tags: Mapping[str, str] | None = None,
                            run_name=label, nested=nested, parent_run_id=parent_run_id,
                            tags=all_tags, log_system_metrics=system_metrics)
     log.info("mlflow run %s (%s) in %s", run.info.run_id, stage, redacted(uri))
+    tracker = MlflowTracker(run.info.run_id, label, run_description(stage, all_tags))
     status = "FAILED"  # stays so for any exception that leaves the block
     try:
-        yield MlflowTracker(run.info.run_id, label, run_description(stage, all_tags))
-        status = "FINISHED"
-    except KeyboardInterrupt:
+        yield tracker
+        status = tracker.end_status
+    except KeyboardInterrupt as exc:
         status = "KILLED"
+        _say_why(tracker, f"KILLED: {error_line(exc)}")
         raise
     except BaseException as exc:
-        _tag_error(error_line(exc))
+        line = error_line(exc)
+        _say_why(tracker, f"FAILED: {line}", {TAG_ERROR: line})
         raise
     finally:
         mlflow.end_run(status=status)
@@ -211,15 +220,16 @@ def _ms(seconds: float) -> int:
     return int(round(seconds * 1000.0))
 
 
-def _tag_error(line: str) -> None:
-    """``TAG_ERROR`` on the active run; a store that refuses it (it may be why the run failed)
-    leaves the original error to propagate, with one WARNING."""
-    import mlflow
-
+def _say_why(tracker: MlflowTracker, note: str, tags: Mapping[str, str] | None = None) -> None:
+    """Why the run ended early, as the last paragraph of its description (and ``tags``); a
+    store that refuses them (it may be why the run failed) leaves the original error to
+    propagate, with one WARNING."""
     try:
-        mlflow.set_tag(TAG_ERROR, line)
+        if tags:
+            tracker.set_tags(tags)
+        tracker.add_note(note)
     except Exception as exc:  # noqa: BLE001 - the run's own error matters more than this one
-        log.warning("could not tag the failed run with its error (%s)", exc)
+        log.warning("could not record on the run why it ended (%s)", exc)
 
 
 @contextlib.contextmanager

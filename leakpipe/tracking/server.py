@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from leakpipe.db_urls import redacted
 from leakpipe.tracking.guard import guarded
 from leakpipe.tracking.names import DEFAULT_EXPERIMENT, UI_MODE_QUERY
+from leakpipe.tracking.relocate import follow_move, store_file
 from leakpipe.tracking.runs import artifact_root, tracking_uri
 
 DEFAULT_HOST = "127.0.0.1"
@@ -43,6 +44,9 @@ def run_ui(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> int:
         print(f"ui: tracking goes to {redacted(uri)}; open it in a browser (nothing to start "
               "here)")
         return 0
+    store = store_file(uri)
+    if store is not None:
+        follow_move(store)      # a moved or copied project shows its own folder's files
     command = server_command(uri, host, port)
     log.info("MLflow UI for %s on http://%s:%d (Ctrl-C stops it)", redacted(uri), host, port)
     print(f"ui: the pipeline's runs: {runs_page(uri, host, port)}", flush=True)

@@ -6,9 +6,11 @@
 2. The splits are checked against the validation stamp (``leakpipe.data.stamp``: the bytes
    `validate` passed, or ``--unvalidated``, tagged); the preload plan is re-checked against
    this machine (``prepare_training``).
-3. One MLflow run (rank 0): every param flattened (model, train, monitor, the placement), a
-   metrics row per epoch (``fit``), the step-time / system profile (``leakpipe.monitor``,
-   switched on by the ``monitor`` params) and MLflow's own system metrics.
+3. One MLflow run (rank 0), from the stage's start: every param flattened (model, train,
+   monitor, the placement), a metrics row per epoch (``fit``), the step-time / system profile
+   (``leakpipe.monitor``, switched on by the ``monitor`` params) and MLflow's own system
+   metrics. The best epoch is a paragraph of the run's description and a table
+   (train/best_epoch.json), not one-point metrics, so the run's charts are its curves.
 4. ``fit`` resumes an unfinished run from the checkpoint folder (a finished one is cleared).
 5. Rank 0 writes models/model.pt (the best epoch's network; evaluate chooses the operating
    point and writes the detector), metrics/train.json, the per-epoch plot data and logs the
@@ -25,6 +27,7 @@ import copy
 import dataclasses
 import logging
 import math
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -69,6 +72,7 @@ STAGE = "train"
 TAG_RESUMED_FROM = "leakpipe.resumed_from"   # the checkpoint a resumed run started from
 TAG_PREVIOUS_RUN = "leakpipe.previous_run_id"  # the MLflow run of the interrupted attempt
 PACKAGE_DIR = Path(leakpipe.__file__).resolve().parent   # shipped with the logged model
+BEST_EPOCH_TABLE = f"{STAGE}/best_epoch.json"   # every figure of the best epoch (MLflow table)
 
 
 @dataclass(frozen=True)
@@ -132,6 +136,7 @@ def _resume_advice(checkpoint: Path | None) -> str:
 
 def _run_stage(paths: TrainPaths, cfgs: TrainSections, runtime: Runtime, dist: Distributed,
                stop: GracefulStop, progress: bool) -> None:
+    started = time.time()      # the run spans the stage's work: split checks and loading too
     log.info("train: runtime %s", runtime.describe())
     splits = {"train": paths.train, "val": paths.val}
     trust = trust_splits(paths.validated, splits)
@@ -140,7 +145,7 @@ def _run_stage(paths: TrainPaths, cfgs: TrainSections, runtime: Runtime, dist: D
                             rank=dist.rank,
                             world_size=dist.world_size, local_world_size=dist.local_world_size)
     try:
-        with _tracker(cfgs.monitor, dist, trust.tags) as tracker:
+        with _tracker(cfgs.monitor, dist, trust.tags, started) as tracker:
             trust.log_datasets(tracker, splits)
             tracker.log_params(run_params(cfgs, plan, data, dist))
             result = _fit(paths, cfgs, runtime, dist, stop, progress, data, tracker)
@@ -150,13 +155,14 @@ def _run_stage(paths: TrainPaths, cfgs: TrainSections, runtime: Runtime, dist: D
         data.close()
 
 
-def _tracker(cfg: MonitorConfig, dist: Distributed,
-             tags: dict[str, str]) -> contextlib.AbstractContextManager[Tracker]:
-    """Rank 0's run, tagged with how the splits were trusted: each file's sha256 by split,
-    the one digest every stage shows (``split_fingerprint`` stays the checkpoints' own)."""
+def _tracker(cfg: MonitorConfig, dist: Distributed, tags: dict[str, str],
+             started: float) -> contextlib.AbstractContextManager[Tracker]:
+    """Rank 0's run, from ``started`` (when the stage began), tagged with how the splits were
+    trusted: each file's sha256 by split, the one digest every stage shows
+    (``split_fingerprint`` stays the checkpoints' own)."""
     if not dist.is_main:
         return contextlib.nullcontext(NullTracker())
-    return tracking.start_run(STAGE, tags=tags,
+    return tracking.start_run(STAGE, tags=tags, started_at=started,
                               system_metrics=cfg.mlflow_system_metrics,
                               system_metrics_interval_s=cfg.mlflow_interval_s)
 
@@ -254,9 +260,10 @@ def _write_outputs(paths: TrainPaths, cfgs: TrainSections, data: TrainingData,
 
 def _log_results(tracker: Tracker, result: FitResult, data: TrainingData,
                  cfgs: TrainSections, paths: TrainPaths) -> None:
-    best = {f"best/{k}": v for k, v in result.best_metrics.items()
-            if k != "epoch" and math.isfinite(v)}
-    tracker.log_metrics({**best, "best/epoch": float(result.best_epoch)})
+    """The best epoch as a note and a table (not as one-point metrics: the run's charts are
+    its per-epoch curves), the metrics file and plot data, the confusion matrices, the model."""
+    tracker.add_note(best_epoch_note(result))
+    tracker.log_table(best_epoch_table(result), BEST_EPOCH_TABLE)
     for path in (paths.metrics, paths.plots):
         tracker.log_artifact(path, STAGE)
     if result.best_confusion is not None:
@@ -265,3 +272,20 @@ def _log_results(tracker: Tracker, result: FitResult, data: TrainingData,
     scorer = SegmentScorer(copy.deepcopy(result.model).cpu().eval(),
                            leak_index(data.class_names), cfgs.decision.prob_mode)
     tracker.log_model(scorer, input_example(data.val), code_paths=[PACKAGE_DIR])
+
+
+def best_epoch_table(result: FitResult) -> dict[str, list[Any]]:
+    """The best epoch's figures as two columns (metric, value), in the names the per-epoch
+    charts use; ``epoch`` is the charts' step (0-based)."""
+    rows = [("epoch", float(result.best_epoch))]
+    rows += [(k, float(v)) for k, v in sorted(result.best_metrics.items())
+             if k != "epoch" and math.isfinite(v)]
+    return {"metric": [k for k, _ in rows], "value": [v for _, v in rows]}
+
+
+def best_epoch_note(result: FitResult) -> str:
+    """One paragraph of the run's description: which epoch won, by what, how training ended."""
+    value = result.best_metrics.get(result.monitor, math.nan)
+    return (f"Best epoch {result.best_epoch + 1} of {len(result.history)} (step "
+            f"{result.best_epoch} in the charts): {result.monitor} {value:.4f}, file threshold "
+            f"{result.threshold:.2f}; {result.stop_reason}. Its figures: {BEST_EPOCH_TABLE}.")

@@ -128,6 +128,7 @@ def run_tune(params: Path, paths: TunePaths, *, workers: int | None = None,
 def run_study(params: Path, paths: TunePaths, *, workers: int | None = None,
               progress: bool = True, tracked: bool = True) -> study_results.StudySummary:
     """Run (or resume) the study to its budget and write best_params.yaml and tune.json."""
+    began = time.time()                    # a new parent run starts with the stage's work
     setup = load_setup(params, paths)
     trust = paths.trust()
     workers = workers or setup.tune.workers
@@ -136,7 +137,7 @@ def run_study(params: Path, paths: TunePaths, *, workers: int | None = None,
     log.info("study %s in %s: %d trials so far, %d worker(s)", setup.name, setup.spec.display,
              len(study.get_trials(deepcopy=False)), workers)
     started = time.perf_counter()
-    with _parent_run(study, setup, tracked, trust.tags) as parent:
+    with _parent_run(study, setup, tracked, trust.tags, began) as parent:
         trust.log_datasets(parent, paths.splits())
         worker = Worker(study, storage, ClaimLock(setup.spec, setup.name),
                         setup.inputs(paths, parent.run_id), deadline(setup.tune))
@@ -217,16 +218,17 @@ def _check_exits(codes: list[int], worker: Worker) -> None:
 
 
 @contextlib.contextmanager
-def _parent_run(study: optuna.Study, setup: Setup, tracked: bool,
-                trust: dict[str, str]) -> Iterator[tracking.Tracker]:
-    """The study's one MLflow parent run, reopened when the study resumes."""
+def _parent_run(study: optuna.Study, setup: Setup, tracked: bool, trust: dict[str, str],
+                began: float) -> Iterator[tracking.Tracker]:
+    """The study's one MLflow parent run, reopened when the study resumes (a new one starts
+    at ``began``, when the stage began: opening the study and hashing the splits count)."""
     if not tracked:
         yield tracking.NullTracker()
         return
     tags = {TAG_STUDY: setup.name, TAG_STORAGE: setup.spec.display,
             **{f"tune.{k}": str(getattr(setup.tune, k)) for k in BUDGET_KEYS
                if k != "storage"}, **trust}  # the URL may hold a password: TAG_STORAGE masks it
-    with tracking.start_run(STAGE, tags=tags,
+    with tracking.start_run(STAGE, tags=tags, started_at=began,
                             resume_run_id=study.user_attrs.get(ATTR_PARENT_RUN)) as run:
         study.set_user_attr(ATTR_PARENT_RUN, run.run_id)
         tune = {k: v for k, v in dataclasses.asdict(setup.tune).items()

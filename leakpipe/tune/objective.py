@@ -5,6 +5,9 @@ There is no second training loop: a trial opens the splits the way `train` does
 that reports the objective to Optuna and raises ``TrialPruned`` when the pruner says so. Each
 epoch sees ``tune.train_fraction`` of the (reshuffled) training batches. A trial is one MLflow
 child run of the study's parent run: its values, per-epoch metrics, state and pruned-at step.
+The run says how the trial ended where a person looks first: its name (``trial-007 (pruned)``,
+``trial-003 (failed)``), its status (a pruned trial's run is KILLED, a failed one's FAILED)
+and its description (pruned at which step and why; the error's one line).
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ log = logging.getLogger(__name__)
 TRIAL_ERRORS: tuple[type[BaseException], ...] = (LeakpipeError, RuntimeError, ValueError,
                                                  ArithmeticError, MemoryError)
 TRIAL_STAGE = "tune-trial"
+TRIAL_DIGITS = 3          # trial-007: the runs table sorts trial names in number order
 
 
 @dataclass(frozen=True)
@@ -134,12 +138,31 @@ def run_trial(trial: optuna.Trial, inputs: TrialInputs) -> Outcome:
                             "tune.train_fraction": inputs.tune.train_fraction})
             outcome = train_variant(trial, inputs, variant, run)
         except TRIAL_ERRORS as exc:
-            run.set_tags({TAG_STATE: TrialState.FAIL.name, TAG_REASON: failure_reason(exc)})
-            raise
-        run.set_tags(outcome.tags())
-        if outcome.value is not None:
-            run.log_metrics({VALUE_METRIC: outcome.value})
+            run.set_tags({TAG_STATE: TrialState.FAIL.name, TAG_REASON: failure_reason(exc),
+                          tracking.RUN_NAME_TAG: trial_run_name(trial.number, TrialState.FAIL)})
+            raise                               # the run ends FAILED, saying why
+        _record_outcome(run, trial.number, outcome)
     return outcome
+
+
+def _record_outcome(run: tracking.Tracker, number: int, outcome: Outcome) -> None:
+    """How the trial ended, on its run: tags, name, value; a pruned one ends KILLED."""
+    run.set_tags({**outcome.tags(), tracking.RUN_NAME_TAG: trial_run_name(number,
+                                                                           outcome.state)})
+    if outcome.value is not None:
+        run.log_metrics({VALUE_METRIC: outcome.value})
+    if outcome.state == TrialState.PRUNED:
+        where = "" if outcome.pruned_at is None else f" at step {outcome.pruned_at}"
+        run.add_note(f"Pruned{where}: {outcome.reason}")
+        run.end_as("KILLED")
+
+
+def trial_run_name(number: int, state: TrialState | None = None) -> str:
+    """``trial-007``, with how it ended when it did not complete: ``trial-007 (pruned)``."""
+    name = f"trial-{number:0{TRIAL_DIGITS}d}"
+    if state in (TrialState.PRUNED, TrialState.FAIL):
+        name += f" ({'pruned' if state == TrialState.PRUNED else 'failed'})"
+    return name
 
 
 def train_variant(trial: optuna.Trial, inputs: TrialInputs, variant: Variant,
@@ -183,6 +206,6 @@ def _child_run(trial: optuna.Trial, inputs: TrialInputs) -> Iterator[tracking.Tr
         return
     tags = {TAG_STUDY: inputs.study_name, TAG_TRIAL: str(trial.number)}
     with tracking.start_run(TRIAL_STAGE, tags=tags, parent_run_id=inputs.parent_run_id) as run:
-        run.set_tags({"mlflow.runName": f"trial-{trial.number}"})
+        run.set_tags({tracking.RUN_NAME_TAG: trial_run_name(trial.number)})
         trial.set_user_attr(ATTR_RUN_ID, run.run_id)
         yield run
