@@ -48,7 +48,6 @@ from leakpipe.decision.domain import (
     assess,
     band_profile,
 )
-from leakpipe.decision.stats_domain import assess_stats
 from leakpipe.decision.verdict import DECIMALS, call_fields, with_verdict
 from leakpipe.features.mel import band_centers_hz
 from leakpipe.features.recording_stats import StatsAccumulator
@@ -120,12 +119,10 @@ def score_fused_file(path: Path, detector: FusedDetector, scoring: ClipScoring) 
 
 def fused_domain(detector: FusedDetector, measured: FusedMeasured) -> dict[str, Any]:
     """``domain``, ``domain_distance`` and ``domain_reason`` of both parts' checks."""
-    net, f = detector.logger_stats.net, detector.cnn.features
-    used = np.asarray(measured.stats, np.float64)[detector.logger_stats.columns]
+    f = detector.cnn.features
     checks = {"cnn": assess(detector.cnn.domain, measured.profile,
                             band_centers_hz(f.n_mels, f.fmin, f.fmax), measured.rate / 2),
-              detector.logger_stats.kind: assess_stats(net.mean.numpy(), net.scale.numpy(),
-                                                       net.names, used)}
+              detector.logger_stats.kind: detector.logger_stats.domain(measured.stats)}
     limits = {"cnn": detector.cnn.domain.threshold if detector.cnn.domain else math.nan,
               detector.logger_stats.kind: 1.0}
     return combined_domain(checks, limits)

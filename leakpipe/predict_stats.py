@@ -37,7 +37,6 @@ from tqdm import tqdm
 
 from leakpipe.audio.clips import AudioError
 from leakpipe.audio.opening import open_audio
-from leakpipe.decision.stats_domain import assess_stats
 from leakpipe.decision.verdict import (
     LEAK,
     UNCERTAIN,
@@ -85,10 +84,9 @@ def blank_row(path: Path, detector: RecordingDetector) -> dict[str, Any]:
 
 def stats_domain_fields(detector: StatsDetector, stats: np.ndarray) -> dict[str, Any]:
     """``domain``, ``domain_distance`` (blank: none) and ``domain_reason`` of a recording's
-    (S_all,) statistics under a logger_stats detector's train means and scales."""
-    net = detector.net
-    used = np.asarray(stats, dtype=np.float64)[detector.columns]                   # (S,)
-    check = assess_stats(net.mean.numpy(), net.scale.numpy(), net.names, used)
+    (S_all,) statistics under a logger_stats detector's train means, scales and missing
+    shares (``StatsDetector.domain``)."""
+    check = detector.domain(stats)
     return {"domain": check.domain, "domain_distance": finite_or_blank(check.distance),
             "domain_reason": check.reason}
 

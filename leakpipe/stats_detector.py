@@ -8,7 +8,10 @@ It is the same file format as the CNN's detector (``leakpipe.detector``: format
 logger_stats``: the statistics' settings (``build.stats``, so a new recording is measured as the
 training ones were), the fitted ``LoggerStatsNet`` (train means and scales, coefficients, the
 statistics' names), the threshold chosen on the val recordings, the Platt calibration fitted
-there, the signal checks of ``build.quality`` and the headline figures.
+there, the signal checks of ``build.quality``, the headline figures and (kind version 2 on) the
+share of the recordings the net was fitted on on which each of its statistics was missing
+(``missing_share``: the domain check's ``decision.stats_domain``; a file without it loads with
+None, and its check keeps the older rule, any missing statistic ``shifted``).
 
 ``score_file`` measures one recording as `build` did (decoded block by block at its own rate,
 the signal checks on every channel): a recording that fails a check of ``quality.reject``
@@ -39,7 +42,9 @@ import torch
 from leakpipe.audio.quality import SignalStats, find_issues, truncation
 from leakpipe.config import QualityConfig, RecordingStatsConfig, from_mapping
 from leakpipe.decision.calibration import Calibration
+from leakpipe.decision.domain import DomainCheck
 from leakpipe.decision.stacking import Stacker, clip_logit, logit
+from leakpipe.decision.stats_domain import assess_stats
 from leakpipe.decision.voting import file_scores
 from leakpipe.detector import Detector, detector_dict, detector_from
 from leakpipe.errors import DataError, LeakpipeError
@@ -51,7 +56,7 @@ KIND = "logger_stats"
 FUSED_KIND = "fused"
 FORMAT = "leakpipe.detector"     # one detector format for every kind (leakpipe.detector)
 FILE_VERSION = 8                 # leakpipe.detector.KINDED_VERSION: a file with a kind
-VERSION = 1                      # of the logger_stats kind's fields
+VERSION = 2                      # of the logger_stats kind's fields (2: missing_share)
 FUSED_VERSION = 1                # of the fused kind's fields
 FUSED_PARTS = ("cnn", KIND)      # the stacker's inputs, in its weights' order
 
@@ -66,6 +71,9 @@ class StatsDetector:
     calibration: Calibration             # net probability -> reported leak_prob (val)
     metrics: dict[str, float]
     quality: QualityConfig
+    # (S,) share of the recordings the net was fitted on on which each of its statistics
+    # (``net.names`` order) was missing; None: a file written before it was kept
+    missing_share: np.ndarray | None = None
     kind: str = KIND
 
     def leak_prob(self, score: float) -> float:
@@ -105,6 +113,14 @@ class StatsDetector:
         with torch.inference_mode():
             values = self.net.contributions(x)[0].double().numpy()
         return dict(zip(self.net.names, values.tolist(), strict=True))
+
+    def domain(self, stats: np.ndarray) -> DomainCheck:
+        """One recording's (S_all,) statistics -> the domain check of those the net reads
+        (``decision.stats_domain``: train means and scales, and the missing shares where the
+        file has them)."""
+        used = np.asarray(stats, dtype=np.float64)[self.columns]                     # (S,)
+        return assess_stats(self.net.mean.numpy(), self.net.scale.numpy(), self.net.names,
+                            used, self.missing_share)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -161,7 +177,7 @@ class FusedDetector:
 def stats_detector_dict(detector: StatsDetector) -> dict[str, Any]:
     """What a logger_stats detector file holds (a fused one holds it as its ``logger_stats``)."""
     net = detector.net
-    return {
+    out: dict[str, Any] = {
         "format": FORMAT, "version": FILE_VERSION, "kind": KIND, "kind_version": VERSION,
         "stats_config": detector.stats.to_dict(), "names": list(net.names),
         "mean": net.mean.clone(), "scale": net.scale.clone(),
@@ -171,6 +187,9 @@ def stats_detector_dict(detector: StatsDetector) -> dict[str, Any]:
         "metrics": {k: float(v) for k, v in detector.metrics.items()},
         "quality": _plain(dataclasses.asdict(detector.quality)),
     }
+    if detector.missing_share is not None:
+        out["missing_share"] = [float(v) for v in detector.missing_share]
+    return out
 
 
 def save_stats_detector(path: Path, detector: StatsDetector) -> None:
@@ -236,7 +255,10 @@ def stats_detector_from(raw: dict[str, Any], path: Path) -> StatsDetector:
             stats=from_mapping(RecordingStatsConfig, raw["stats_config"], "stats", str(path)),
             calibration=Calibration.from_dict(raw["calibration"]),
             metrics={k: float(v) for k, v in raw["metrics"].items()},
-            quality=from_mapping(QualityConfig, raw["quality"], "quality", str(path)))
+            quality=from_mapping(QualityConfig, raw["quality"], "quality", str(path)),
+            missing_share=_missing_share(raw.get("missing_share"), len(names), path))
+    except LeakpipeError:
+        raise
     except (KeyError, TypeError, ValueError, RuntimeError) as exc:
         raise DataError(f"{path} is not a leakpipe detector file (damaged logger_stats "
                         f"detector: {type(exc).__name__} {exc})") from None
@@ -278,6 +300,17 @@ def measure(source: Any, detector: StatsDetector) -> Measured:
     seconds = source.frames / source.sample_rate
     return Measured(None if problems else levels.values(), int(source.sample_rate), seconds,
                     problems, flags)
+
+
+def _missing_share(raw: Any, n: int, path: Path) -> np.ndarray | None:
+    """A file's ``missing_share`` (None when it has none: written before the field)."""
+    if raw is None:
+        return None
+    share = np.asarray(raw, dtype=np.float64)
+    if share.shape != (n,) or not np.all((share >= 0.0) & (share <= 1.0)):
+        raise DataError(f"{path}: missing_share must be {n} shares in [0, 1] (one per "
+                        "statistic the detector reads)")
+    return share
 
 
 def _plain(value: Any) -> Any:

@@ -16,6 +16,7 @@ from leakpipe.baselines.logger_stats import fit_net
 from leakpipe.config import load_section
 from leakpipe.decision.calibration import fit_platt
 from leakpipe.decision.stacking import Stacker, logit, sigmoid
+from leakpipe.decision.stats_domain import missing_shares
 from leakpipe.decision.voting import file_scores
 from leakpipe.detector import KINDED_VERSION, load_detector
 from leakpipe.errors import DataError
@@ -43,7 +44,8 @@ def _stats_detector() -> tuple[StatsDetector, np.ndarray]:
                              calibration=fit_platt(np.linspace(0.1, 0.9, 8),
                                                    np.tile([False, True], 4)),
                              metrics={"test/recording_f1": 0.75},
-                             quality=load_section(PARAMS, "build").quality)
+                             quality=load_section(PARAMS, "build").quality,
+                             missing_share=missing_shares(stats[:16]))
     return detector, stats[16:]
 
 
@@ -71,6 +73,8 @@ def test_a_fused_file_loads_back_exactly(fused: FusedDetector, tmp_path: Path) -
         assert torch.equal(a, b)
     assert back.logger_stats.net.names == fused.logger_stats.net.names
     assert back.quality == fused.quality
+    np.testing.assert_array_equal(back.logger_stats.missing_share,
+                                  fused.logger_stats.missing_share)
     _, stats = _stats_detector()
     np.testing.assert_array_equal(back.probability(0.7, stats), fused.probability(0.7, stats))
     # one format for every kind: the file is version 8, its cnn part a CNN detector file's dict

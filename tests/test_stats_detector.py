@@ -172,4 +172,9 @@ def test_predict_gives_the_statistics_domain_check_and_the_verdict(
     assert shifted["domain_reason"] in shifted["notes"]
     assert "leakpipe cv --source" in shifted["notes"]
     assert rows["dead"]["verdict"] == "UNUSABLE" and rows["dead"]["domain"] == ""
+    # ship kept the share of training recordings lacking each statistic: none lacked the
+    # 1000 Hz band, so the low-rate recording missing it is shifted, the band named
+    share = load_any_detector(shipped).missing_share
+    assert share is not None and share.shape == (len(load_any_detector(shipped).net.names),)
+    assert "band1000_" in shifted["domain_reason"]
     assert "1 UNCERTAIN" in capsys.readouterr().out        # the summary line counts them

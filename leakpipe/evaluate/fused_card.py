@@ -115,7 +115,9 @@ def _domain(card: FusedCardInputs) -> str:
     cnn = (f"its band profile against evaluate's reference (threshold {ref.threshold:.3g}, set "
            "on val)" if ref is not None else "none (its network has no domain reference)")
     return ("## Domain check\n\n"
-            f"Statistics part: {domain_text(card.domain)}\n\n"
+            f"Statistics part: "
+            f"{domain_text(card.domain, card.detector.logger_stats.missing_share is not None)}"
+            "\n\n"
             f"CNN part: {cnn}. Served, a recording is `shifted` when either part's check is.")
 
 

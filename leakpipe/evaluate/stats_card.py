@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from leakpipe.decision.stats_domain import Z_LIMIT
+from leakpipe.decision.stats_domain import MIN_MISSING_SHARE, Z_LIMIT
 from leakpipe.evaluate.model_card import intended_use
 from leakpipe.evaluate.registration import SHA_CHARS, figure_text
 from leakpipe.features.recording_stats import stat_names
@@ -133,16 +133,24 @@ def _data(card: StatsCardInputs) -> str:
 
 
 def _domain(card: StatsCardInputs) -> str:
-    return "## Domain check\n\n" + domain_text(card.domain)
+    return "## Domain check\n\n" + domain_text(card.domain,
+                                                 card.detector.missing_share is not None)
 
 
-def domain_text(domain: Mapping[str, float]) -> str:
+def domain_text(domain: Mapping[str, float], knows_missing: bool = True) -> str:
     """What the statistics' domain check measures, and the share of val and test recordings it
-    flagged where ``domain`` (``stats_domain.shifted_shares``) has them."""
+    flagged where ``domain`` (``stats_domain.shifted_shares``) has them. ``knows_missing``:
+    the detector keeps the share of training recordings that lacked each statistic (files
+    written before it did call any missing statistic shifted)."""
+    missing = (f"a statistic the model reads is missing at its rate (an octave band above its "
+               f"Nyquist frequency) that training lacked on under {MIN_MISSING_SHARE:.0%} of "
+               "its recordings (a band that the training loggers' rates often left missing was "
+               "learnt with its imputation)" if knows_missing else
+               "a statistic the model reads is missing at its rate (an octave band above its "
+               "Nyquist frequency)")
     head = ("A recording is `shifted` when one of its statistics lies more than "
-            f"{Z_LIMIT:g} training standard deviations from the training mean, or a statistic "
-            "the model reads is missing at its rate (an octave band above its Nyquist "
-            "frequency); the call is made all the same, verdict UNCERTAIN "
+            f"{Z_LIMIT:g} training standard deviations from the training mean, or {missing}; "
+            "the call is made all the same, verdict UNCERTAIN "
             "(leakpipe/decision/stats_domain.py).")
     shares = [f"{name} {_share(domain, name)}" for name in ("val", "test")
               if f"domain/{name}_recordings" in domain]

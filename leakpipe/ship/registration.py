@@ -187,7 +187,7 @@ def _stats_shares(shipped: Shipped, detector: StatsDetector) -> dict[str, float]
     net = detector.net
     tables = {s: read_recordings(shipped.data_dir / f"{s}.h5").stats[:, detector.columns]
               for s in DOMAIN_SPLITS if (shipped.data_dir / f"{s}.h5").is_file()}
-    return shifted_shares(net.mean.numpy(), net.scale.numpy(), tables)
+    return shifted_shares(net.mean.numpy(), net.scale.numpy(), tables, detector.missing_share)
 
 
 def _plain_card(shipped: Shipped) -> str:

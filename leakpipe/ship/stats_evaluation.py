@@ -5,9 +5,13 @@ As in `crossval` (``leakpipe.baselines.logger_stats.fit_and_select``): ``C`` is 
 grouped inner CV over the train and val recordings pooled, the model is refitted on them, the
 threshold (evaluate's criterion and grid) and the Platt calibration that makes ``leak_prob`` a
 probability are fitted on their out-of-fold scores, and test is scored once with all of it
-unchanged; the val figures are of the val recordings' out-of-fold scores. Every figure is per
-recording, the unit a utility acts on; the intervals resample sites (a site drawn k times
-brings all of its recordings k times), as `crossval`'s do.
+unchanged; the val figures are of the val recordings' out-of-fold scores. The detector keeps,
+per statistic it reads, the share of the recordings the net was fitted on (train + val pooled;
+train alone with ``inner_folds: 1``) on which it was missing (``fitted_missing_share``): its
+domain check (``decision.stats_domain``) does not call a recording ``shifted`` for missing a
+band that many of those recordings lacked too. Every figure is per recording, the unit a
+utility acts on; the intervals resample sites (a site drawn k times brings all of its
+recordings k times), as `crossval`'s do.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from leakpipe.config import (
 )
 from leakpipe.data.reader import open_split
 from leakpipe.decision.calibration import Calibration, fit_platt
+from leakpipe.decision.stats_domain import missing_shares
 from leakpipe.decision.verdict import call_fields
 from leakpipe.decision.voting import decide
 from leakpipe.predict_stats import RAW_DECIMALS
@@ -79,6 +84,9 @@ def evaluate_stats_detector(paths: Mapping[str, Path], baselines: BaselinesConfi
         rows += split_rows
     detector = StatsDetector(net=fit.net, stats=stats_cfg, threshold=fit.point.threshold,
                              calibration=calibration, quality=quality,
+                             missing_share=fitted_missing_share(
+                                 tables[TRAIN], tables[VAL], fit.used,
+                                 baselines.logger_stats.inner_folds),
                              metrics={k: v for k, v in metrics.items()
                                       if k.startswith(("test/recording_", "eval/"))})
     log.info("logger_stats detector: C %g, threshold %g (inner CV); test recording ROC-AUC %.3f, "
@@ -86,6 +94,14 @@ def evaluate_stats_detector(paths: Mapping[str, Path], baselines: BaselinesConfi
              metrics["test/recording_roc_auc"], metrics["test/recording_f1"],
              int(metrics["test/recordings"]))
     return StatsEvaluation(detector, metrics, rows, scores)
+
+
+def fitted_missing_share(train: RecordingTable, val: RecordingTable, used: np.ndarray,
+                         inner_folds: int) -> np.ndarray:
+    """(S,) the share of the recordings ``fit_and_select`` fitted the net on (train + val
+    pooled; train alone when ``inner_folds`` is 1) on which each used statistic is missing."""
+    fitted = [train] if inner_folds == 1 else [train, val]
+    return missing_shares(np.concatenate([t.stats[:, used] for t in fitted]))
 
 
 def split_report(name: str, table: RecordingTable, scores: np.ndarray, threshold: float,
@@ -111,4 +127,4 @@ def split_report(name: str, table: RecordingTable, scores: np.ndarray, threshold
     return figures, rows
 
 
-__all__ = ["StatsEvaluation", "evaluate_stats_detector", "split_report"]
+__all__ = ["StatsEvaluation", "evaluate_stats_detector", "fitted_missing_share", "split_report"]
