@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -193,6 +194,8 @@ def test_a_killed_worker_and_a_killed_driver_change_nothing(
     err = capsys.readouterr().err
     assert "resuming in" in err and "finished: fold-01)" in err, err[-3000:]
     assert "fold 1/2:" not in err and "fold 2/2:" in err
-    assert "1 folds computed on 2 Dask workers (0 lost" in err
+    # one fold left to compute; how many workers the scheduler counts right after the kill
+    # depends on whether the nanny has restarted the killed one yet
+    assert re.search(r"1 folds computed on [12] Dask workers \(\d+ lost", err), err[-3000:]
     assert first.stat().st_mtime_ns == stamp
     assert _outputs(out) == sequential
