@@ -20,6 +20,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from leakpipe import tracking
+from leakpipe.adapt import state as state_module
 from leakpipe.adapt.field import FieldScores, FieldSet
 from leakpipe.adapt.guard import rejection
 from leakpipe.adapt.pseudo import (
@@ -278,6 +279,24 @@ def test_recording_a_round_names_its_run_logs_its_figures_and_saves_the_state(
     messages = [(r.levelname, r.getMessage()) for r in caplog.records]
     assert ("WARNING", "adapt: round 1 rejected: x") in messages
     assert ("INFO", round_line(seed)) in messages
+
+
+def test_a_rejected_round_and_its_stop_are_saved_in_one_write(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kill between two writes would keep the rejected round without the stop, and the
+    resumed run would carry on after it: the state file is written once, holding both."""
+    writes: list[dict] = []
+    real = state_module.write_json_atomic
+    monkeypatch.setattr(state_module, "write_json_atomic",
+                        lambda path, data: (writes.append(data), real(path, data)))
+    state = AdaptState.open(tmp_path / "work", "digest").added({"round": 0, "status": SEED})
+    writes.clear()
+    rejected = round_entry(1, REJECTED, 0.3, {"f1": 0.2}, None, reason="round 1 rejected: x")
+    state = record_round(state, rejected, tracking.NullTracker(), tracking.NullTracker(),
+                         rounds=3, margin=0.05)
+    assert len(writes) == 1
+    assert writes[0]["stop_reason"] == "round 1 rejected: x"
+    assert [r["status"] for r in writes[0]["rounds"]] == [SEED, REJECTED]
 
 
 def test_other_inputs_empty_the_round_state(tmp_path: Path) -> None:

@@ -99,6 +99,4 @@ def record_round(state: AdaptState, entry: dict[str, Any], child: tracking.Track
     parent.log_metrics(round_metrics(entry), step=r)
     if status != REJECTED:
         log.info("%s", round_line(entry))
-    state = state.added(entry)
-    reason = stop_reason(entry, rounds=rounds, margin=margin)
-    return state.stopped(reason) if reason else state
+    return state.added(entry, stop_reason(entry, rounds=rounds, margin=margin))

@@ -79,9 +79,14 @@ class AdaptState:
         """This state in MLflow run ``run_id`` (saved: a resumed run reopens that run)."""
         return self._saved(dataclasses.replace(self, run_id=run_id))
 
-    def added(self, entry: dict[str, Any]) -> AdaptState:
-        """This state with round ``entry`` finished (saved)."""
-        return self._saved(dataclasses.replace(self, rounds=(*self.rounds, entry)))
+    def added(self, entry: dict[str, Any], stop_reason: str = "") -> AdaptState:
+        """This state with round ``entry`` finished and, given ``stop_reason``, adaptation
+        ended for it (saved in one write: a kill never keeps a rejected round without the
+        stop, which would let a resumed run carry on after it)."""
+        changes: dict[str, Any] = {"rounds": (*self.rounds, entry)}
+        if stop_reason:
+            changes["stop_reason"] = stop_reason
+        return self._saved(dataclasses.replace(self, **changes))
 
     def stopped(self, reason: str) -> AdaptState:
         """This state with adaptation ended for ``reason`` (saved)."""
