@@ -44,7 +44,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check leakpipe stages tests benchmarks
 
 bench: $(STAMP)
-	for b in benchmarks/bench_*.py; do $(BIN)/python $$b || exit 1; done
+	for b in benchmarks/perf/bench_*.py; do $(BIN)/python $$b || exit 1; done
 
 # Re-resolve requirements.in into the pinned lock (needs the registries).
 lock:
@@ -65,7 +65,7 @@ ui: $(STAMP)
 # without CUDA every check is recorded as skipped and it exits 0).
 .PHONY: gpu-check
 gpu-check: $(STAMP)
-	$(BIN)/python benchmarks/gpu_check.py
+	$(BIN)/python benchmarks/perf/gpu_check.py
 
 # Each stage's code dep: `write` declares digests/<stage>.txt in dvc.yaml (stages/code_digests.py),
 # stage `check` writes it from the stage's imports. After adding a stage or changing imports;

@@ -4,7 +4,7 @@ glibc's malloc serves large requests (above an adaptive threshold of at most 32 
 ``mmap`` pages and gives freed memory at the top of the heap back to the kernel. A CPU forward
 pass allocates and frees the same large activation tensors every batch, so each pass page-faults
 them in again: measured on a 2-core AVX-512 machine, LeakCNN inference on 16,384-segment batches
-ran at 0.45x the speed it reaches once freed memory is kept (benchmarks/bench_evaluate.py).
+ran at 0.45x the speed it reaches once freed memory is kept (benchmarks/perf/bench_evaluate.py).
 ``retain_freed_memory`` (called by the evaluate and predict commands) raises both thresholds so
 freed buffers stay in the process for reuse; resident memory then stays at its peak, which the
 evaluation batch budget already bounds. ``trim_heap`` does the opposite once, so that memory

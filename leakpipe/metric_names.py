@@ -12,7 +12,9 @@ from collections.abc import Mapping
 from typing import Any
 
 SEP = "/"
-TIMING_PREFIX = "perf/"   # names of timing figures: they differ run to run
+# Names of timing and resource figures (they differ run to run). MLflow's run page orders its
+# chart sections by name: a prefix after "val" puts the learning curves (train/*, val/*) first.
+TIMING_PREFIX = "vitals/"
 
 
 def nest(flat: Mapping[str, Any], sep: str = SEP) -> dict[str, Any]:

@@ -231,8 +231,8 @@ def test_fit_with_augmentation_stopped_mid_epoch_resumes_to_the_same_result(
     finally:
         torch.set_num_threads(threads)
         torch.use_deterministic_algorithms(False)
-    strip = [{k: v for k, v in h.items() if not k.startswith("perf/")} for h in whole.history]
-    assert strip == [{k: v for k, v in h.items() if not k.startswith("perf/")}
+    strip = [{k: v for k, v in h.items() if not k.startswith("vitals/")} for h in whole.history]
+    assert strip == [{k: v for k, v in h.items() if not k.startswith("vitals/")}
                      for h in resumed.history]
     for key, value in whole.model.state_dict().items():
         assert torch.equal(resumed.model.state_dict()[key], value), key

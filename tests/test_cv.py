@@ -114,6 +114,14 @@ def test_pooled_figures_and_the_site_bootstrap() -> None:
     assert out["selected"] == "cnn"                 # the only detector kind among the methods
 
 
+def test_the_paired_rival_is_a_baseline_never_the_cnns_own_stack_or_the_nested_picks() -> None:
+    from leakpipe.cv.report import NESTED, best_baseline
+    pooled = {"cnn": {"roc_auc": 0.80}, "fused": {"roc_auc": 0.90}, NESTED: {"roc_auc": 0.88},
+              "svm": {"roc_auc": 0.70}, "random_forest": {"roc_auc": 0.75},
+              "xgboost": {"roc_auc": float("nan")}}
+    assert best_baseline(pooled) == "random_forest"
+
+
 # -- one fold's methods on real files ------------------------------------------------------------
 
 def _small_grids(params: dict) -> None:

@@ -36,7 +36,7 @@ Where a change goes (docs/architecture.md says the same):
 - train, evaluate: the stages that fit and judge a network, peers (evaluate also holds each
   kind's model card, the CNN's recording score and promote's verdicts of every kind, which
   ship and promote use from above);
-- tune (calls train's fit), baselines (reuses evaluate's figures), realcheck (all three),
+- tune (calls train's fit), baselines (reuses evaluate's figures),
   study (the segmentation grid as queued DVC experiments);
 - cv: grouped cross-validation of the CNN (train, evaluate) and the baselines;
 - ship: the detector of the kind cv selected;
@@ -74,7 +74,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("predict",),
     ("serve", "export", "explain"),
     ("train", "evaluate"),
-    ("tune", "baselines", "realcheck", "study", "adapt"),
+    ("tune", "baselines", "study", "adapt"),
     ("cv",),
     ("ship",),
     ("commands",),

@@ -195,7 +195,7 @@ def test_peak_memory_is_flat_in_the_length(tmp_path: Path, tiny_build_cfg: Build
                                            monkeypatch: pytest.MonkeyPatch) -> None:
     """A 4x longer recording, the same peak: build's per-recording path and predict's whole
     path (tracemalloc sees numpy and Python objects; torch's activations, bounded by the batch,
-    it does not). RSS figures for 10 min to 2 h: benchmarks/bench_build.py --part long."""
+    it does not). RSS figures for 10 min to 2 h: benchmarks/perf/bench_build.py --part long."""
     monkeypatch.setattr(audio_io, "BLOCK_FRAMES", 2**14)  # 2 s at 8 kHz: short files suffice
     short = write(tmp_path / "30s.wav", 30.0, 8000, 2, "PCM_16")
     long = write(tmp_path / "2min.wav", 120.0, 8000, 2, "PCM_16", seed=1)

@@ -2,7 +2,7 @@
 stages, the tests and the benchmarks.
 
 A module that long holds more than one job, and every reader pays for it (issue #25 item 5
-split the last ones: gpu_check into benchmarks/gpu/, three test files by topic; issue #38
+split the last ones: gpu_check into benchmarks/perf/gpu/, three test files by topic; issue #38
 brought every package module to 350 or fewer). Split a module that grows past it along its
 topics: tests into new test files with shared helpers in tests/helpers_*.py, code into modules
 of one job each. Lines are counted as ``wc -l`` does.
@@ -38,8 +38,8 @@ def test_no_module_is_longer_than_its_roots_cap() -> None:
 def test_a_module_one_line_over_its_roots_cap_is_caught(tmp_path: Path) -> None:
     """The check itself: the package caps at 350, the others at 400, in any subfolder."""
     for root, n in (("leakpipe/sub", 350), ("leakpipe", 351), ("stages", 400),
-                    ("tests", 401), ("benchmarks/gpu", 401)):
+                    ("tests", 401), ("benchmarks/perf/gpu", 401)):
         (tmp_path / root).mkdir(parents=True, exist_ok=True)
         (tmp_path / root / f"m{n}.py").write_text("x = 1\n" * n)
     assert long_modules(tmp_path) == ["leakpipe/m351.py: 351 lines", "tests/m401.py: 401 lines",
-                                      "benchmarks/gpu/m401.py: 401 lines"]
+                                      "benchmarks/perf/gpu/m401.py: 401 lines"]

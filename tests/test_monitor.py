@@ -101,9 +101,9 @@ def test_profile_metrics_and_the_system_state_of_a_spike() -> None:
     (spike,) = profile.spikes
     assert spike.system == sampler.samples[2] and spike.over_median == pytest.approx(1.8)
     metrics = profile.metrics()
-    assert metrics["perf/data_wait_frac"] == pytest.approx(0.25 / 2.5)
-    assert metrics["perf/step_samples_per_s"] == pytest.approx(50 / 2.5)
-    assert metrics["perf/step_spikes"] == 1.0 and metrics["perf/step_p50_ms"] == 500.0
+    assert metrics["vitals/data_wait_frac"] == pytest.approx(0.25 / 2.5)
+    assert metrics["vitals/step_samples_per_s"] == pytest.approx(50 / 2.5)
+    assert metrics["vitals/step_spikes"] == 1.0 and metrics["vitals/step_p50_ms"] == 500.0
 
 
 def test_max_spikes_keeps_the_slowest() -> None:
@@ -170,8 +170,8 @@ def _run_monitor(sampler: SystemSampler, folder: Path) -> dict:
             source.wait_times.append(0.0)
             time.sleep(0.003)
         metrics = probe.epoch_metrics(0, source)
-    assert {"perf/step_p50_ms", "perf/step_p99_ms", "perf/data_wait_frac",
-            "perf/step_spikes"} <= set(metrics)
+    assert {"vitals/step_p50_ms", "vitals/step_p99_ms", "vitals/data_wait_frac",
+            "vitals/step_spikes"} <= set(metrics)
     json_path, png_path = write_profile(probe.profile(), folder)
     assert png_path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     profile = json.loads(json_path.read_text())

@@ -165,7 +165,8 @@ def _encodings(spec: dict) -> list[dict]:
 
 def test_the_figures_read_as_a_person_expects(tmp_path: Path) -> None:
     """Confusion matrices with the actual class on the rows (as MLflow's), the baselines' bars
-    with their intervals, a colour and legend per cross-validation method, whole rounds."""
+    with their intervals, a colour and legend per cross-validation method, whole rounds and
+    epochs."""
     from leakpipe.plots_page import dvc_plots_json
 
     project = tmp_path / "project"
@@ -188,7 +189,10 @@ def test_the_figures_read_as_a_person_expects(tmp_path: Path) -> None:
     assert any(e.get("x", {}).get("field") == "ci_low" for e in bars)
     folds = encodings("plots/cv/folds.csv")
     assert any(e.get("color", {}).get("field") == "method" for e in folds)
-    for name in ("plots/adapt/rounds.csv",
-                 "Adapt, field check set per round (0 = before adaptation)"):
-        assert any(e.get("x", {}).get("field") == "round" and
+    for name, axis in (("plots/adapt/rounds.csv", "round"),
+                       ("Adapt, field check set per round (0 = before adaptation)", "round"),
+                       ("plots/train/history.csv", "epoch"),
+                       ("Train, loss per epoch", "epoch"),
+                       ("Train, learning rate per epoch", "epoch")):
+        assert any(e.get("x", {}).get("field") == axis and      # whole rounds / epochs, no 0.5
                    e["x"].get("type") == "ordinal" for e in encodings(name)), name

@@ -16,13 +16,16 @@ import torch
 from leakpipe.cli import main
 from leakpipe.config import FeatureConfig, PreloadConfig, load_section
 from leakpipe.constants import EXIT_CONFIG, EXIT_DATA, H5_MEL
-from leakpipe.data.resident import Growth, hold_training_split, measure_growth
 from leakpipe.errors import ConfigError
 from leakpipe.preload import budget as budget_mod
 from leakpipe.preload import choose_placement, estimate, read_shapes
 from leakpipe.preload.budget import Budget, GpuMemory, cgroup_memory, gpu_memory
 from leakpipe.preload.estimate import HOST, ROLE_EVAL, ROLE_TRAIN, SplitShape
 from tests.helpers_h5 import SMALL_FEATURES, validate_into, write_bulk_split, write_splits
+
+# the measurement is benchmark code beside bench_preload.py, not the package's
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks" / "perf"))
+from resident import Growth, hold_training_split, measure_growth  # noqa: E402
 
 PARAMS = Path(__file__).resolve().parents[1] / "params.yaml"
 GIB = 2**30

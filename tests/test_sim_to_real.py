@@ -1,4 +1,5 @@
-"""leakpipe.realcheck and benchmarks/sim_to_real.py: metric tables, folds, the check end to end.
+"""benchmarks/studies/realcheck/ and benchmarks/studies/sim_to_real.py: metric tables, folds, the
+check end to end.
 
 The end-to-end tests lay out tiny WAVs like real-dev (<root>/LEAK/*.wav, <root>/NOLEAK/*.wav)
 and score them with ``known_detector`` (leak probability rises with the log-mel level), so they
@@ -11,6 +12,7 @@ import dataclasses
 import importlib.util
 import json
 import math
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
@@ -26,14 +28,17 @@ from leakpipe.data.reader import open_split
 from leakpipe.detector import load_detector
 from leakpipe.errors import DataError
 from leakpipe.files import file_sha256
-from leakpipe.realcheck import metrics
-from leakpipe.realcheck.fewshot import FewShotConfig, data_labels, time_split, write_fold
-from leakpipe.realcheck.metrics import ClipTable
-from leakpipe.realcheck.scoring import load_recordings
-from leakpipe.realcheck.sim_to_real import sim_to_real, write_outputs
 from tests.conftest import PARAMS, REPO
 from tests.helpers_detector import known_detector
 from tests.helpers_h5 import SMALL_FEATURES
+
+# realcheck is study code beside the script that runs it, not part of the package
+sys.path.insert(0, str(REPO / "benchmarks" / "studies"))
+from realcheck import metrics  # noqa: E402
+from realcheck.fewshot import FewShotConfig, data_labels, time_split, write_fold  # noqa: E402
+from realcheck.metrics import ClipTable  # noqa: E402
+from realcheck.scoring import load_recordings  # noqa: E402
+from realcheck.sim_to_real import sim_to_real, write_outputs  # noqa: E402
 
 REAL_DEV = REPO.parent / "shared" / "real-dev"
 SECONDS = 4.0                      # 4 clips of SMALL_FEATURES' 1 s
@@ -266,8 +271,8 @@ def test_a_held_out_noleak_leaves_training_without_negatives(tmp_path: Path,
 
 
 def _script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("sim_to_real_script",
-                                                  REPO / "benchmarks" / "sim_to_real.py")
+    spec = importlib.util.spec_from_file_location(
+        "sim_to_real_script", REPO / "benchmarks" / "studies" / "sim_to_real.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -308,7 +313,7 @@ def _seed_summary(aucs: dict[str, float | None], wins: dict[str, bool | None]) -
 
 
 def test_over_seeds_reports_spread_and_win_counts() -> None:
-    from leakpipe.realcheck.findings import over_seeds
+    from realcheck.findings import over_seeds
     per_seed = {
         1: _seed_summary({"synthetic": 0.5, "finetune": 0.9, "scratch": 0.8},
                          {"scratch": True, "synthetic": True}),

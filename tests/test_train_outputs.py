@@ -12,5 +12,5 @@ def test_nest_turns_hierarchical_names_into_groups() -> None:
 
 def test_history_csv_has_a_column_per_metric_and_blank_gaps() -> None:
     text = history_csv([{"epoch": 0.0, "train/loss": 1.5},
-                        {"epoch": 1.0, "train/loss": 0.5, "perf/step_p50_ms": 2.0}])
-    assert text.splitlines() == ["epoch,perf/step_p50_ms,train/loss", "0,,1.5", "1,2.0,0.5"]
+                        {"epoch": 1.0, "train/loss": 0.5, "vitals/step_p50_ms": 2.0}])
+    assert text.splitlines() == ["epoch,train/loss,vitals/step_p50_ms", "0,1.5,", "1,0.5,2.0"]

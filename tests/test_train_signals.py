@@ -121,7 +121,7 @@ def _assert_same_result(ws: Workspace, ref: Workspace) -> None:
 def _history(ws: Workspace) -> list[dict[str, str]]:
     """plots data without the timing columns."""
     with ws.plots.open() as handle:
-        return [{k: v for k, v in row.items() if not k.startswith("perf/")}
+        return [{k: v for k, v in row.items() if not k.startswith("vitals/")}
                 for row in csv.DictReader(handle)]
 
 
@@ -197,8 +197,8 @@ def test_fit_stopped_mid_epoch_resumes_to_the_same_result(tmp_path: Path, mode: 
         torch.set_num_threads(threads)
         torch.use_deterministic_algorithms(False)
     assert resumed.resumed_from == stopped.value.checkpoint and resumed.epochs_run == 2
-    strip = [{k: v for k, v in h.items() if not k.startswith("perf/")} for h in whole.history]
-    assert strip == [{k: v for k, v in h.items() if not k.startswith("perf/")}
+    strip = [{k: v for k, v in h.items() if not k.startswith("vitals/")} for h in whole.history]
+    assert strip == [{k: v for k, v in h.items() if not k.startswith("vitals/")}
                      for h in resumed.history]
     for key, value in whole.model.state_dict().items():
         assert torch.equal(resumed.model.state_dict()[key], value), key

@@ -232,8 +232,8 @@ def test_mlflow_run_holds_params_epochs_artifacts_and_model(trained: Trained) ->
     assert params["preload.placement"] == "ram" and params["monitor.spike_factor"] == "3.0"
     history = client.get_metric_history(run.info.run_id, "val/file_f1")
     assert sorted(m.step for m in history) == [0, 1, 2]
-    for name in ("perf/step_p50_ms", "perf/step_p99_ms", "perf/data_wait_frac",
-                 "perf/step_spikes", "perf/samples_per_s", "perf/cpu_percent_mean"):
+    for name in ("vitals/step_p50_ms", "vitals/step_p99_ms", "vitals/data_wait_frac",
+                 "vitals/step_spikes", "vitals/samples_per_s", "vitals/cpu_percent_mean"):
         assert len(client.get_metric_history(run.info.run_id, name)) == 3, name
     assert any(k.startswith("system/") for k in run.data.metrics)   # MLflow's own sampler
     assert run.data.tags[tracking.TAG_MODEL_SHA256] == file_sha256(trained.ws.model)

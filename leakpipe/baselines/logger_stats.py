@@ -14,7 +14,7 @@ by the ROC-AUC of its out-of-fold scores over every pooled recording (ties: the 
 regularisation), the model of the chosen ``C`` is refitted on all of them, and the threshold is
 chosen on the out-of-fold scores by the same criterion and grid as every other method. No test
 recording takes part. ``inner_folds: 1`` is the plain route (fit on train, choose on val).
-What it changes is measured by ``benchmarks/logger_stats_fitting.py``.
+What it changes is measured by ``benchmarks/studies/logger_stats_fitting.py``.
 
 The fitted model is a small torch module (``LoggerStatsNet``) holding the train means, scales
 and coefficients, so a detector of this kind is one file that predict, serve and the ONNX

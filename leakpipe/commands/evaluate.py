@@ -43,7 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "version's description when it ships this detector (default: "
                              "reports/model_card.md)")
     parser.add_argument("--sim-to-real", type=Path, default=None, metavar="JSON",
-                        help="benchmarks/sim_to_real.py's report, quoted in the model card "
+                        help="benchmarks/studies/sim_to_real.py's report, quoted in the model card "
                              "(default: none; the card then says it was not measured)")
     add_validated_arguments(parser)
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bars")

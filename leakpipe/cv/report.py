@@ -109,9 +109,9 @@ def fold_figures(oof: OutOfFold, method: str) -> list[dict[str, float]]:
 
 def best_baseline(pooled: Mapping[str, Mapping[str, float]]) -> str | None:
     """The baseline with the highest pooled ROC-AUC (the CNN's strongest rival; fused holds
-    the CNN, so it is no rival)."""
+    the CNN, and the nested selection's picks may be the CNN or fused, so neither is a rival)."""
     rivals = {m: f["roc_auc"] for m, f in pooled.items()
-              if m not in (CNN_METHOD, FUSED_METHOD) and np.isfinite(f["roc_auc"])}
+              if m not in (CNN_METHOD, FUSED_METHOD, NESTED) and np.isfinite(f["roc_auc"])}
     return max(rivals, key=lambda m: (rivals[m], m)) if rivals else None
 
 

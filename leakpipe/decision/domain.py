@@ -53,7 +53,7 @@ Known blind spots (measured in docs/results/domain-check.md): a shift that stays
 training recordings' own variety is not flagged by one recording's profile, such as a machine
 switching a narrow band on and off near every sensor: its time-averaged bump lies within the
 training sites' spectral variety (two further parts measured for it, the band switching and the
-network's penultimate-layer embedding, were not adopted: ``benchmarks/domain_probes.py``). A
+network's penultimate-layer embedding, were not adopted: ``benchmarks/studies/domain_probes.py``). A
 sensor mount ringing in the leak band makes a no-leak recording look like a leak recording,
 which training has: no single recording need be flagged, which is what the set check
 (``domain_set``) is for.

@@ -12,7 +12,7 @@ from training than new sites of the training network are.
 
 Recordings of one site are not independent, which a rank test assumes, so the p-value is not
 an exact false-alarm rate for a set of whole sites of the training network
-(benchmarks/domain_check.py, ``site_sets``, measures how often whole test sites reach
+(benchmarks/studies/domain_check.py, ``site_sets``, measures how often whole test sites reach
 ``SET_ALPHA``: docs/evaluation.md#domain-check). Against V val recordings one recording's
 smallest p-value is 1 / (V + 1), so the set check speaks only for sets: a single recording is
 the per-recording check's.

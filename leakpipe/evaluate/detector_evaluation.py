@@ -248,7 +248,7 @@ def split_result(name: str, table: FileTable, scores: Scores, point: OperatingPo
         metrics.update(class_figures(name, table, scores.class_probs, scores.seg_pred,
                                      scores.seg_probs[0].size, resampling))
     metrics[f"{name}/files"] = float(scores.n_files)    # key kept (documented): clips
-    metrics[f"perf/eval_{name}_files_per_s"] = scores.n_files / max(scores.seconds, 1e-9)
+    metrics[f"vitals/eval_{name}_files_per_s"] = scores.n_files / max(scores.seconds, 1e-9)
     return SplitResult(name, table, scores, file_score, decision,
                        frac_long_over(scores.seg_probs, point.threshold), metrics)
 

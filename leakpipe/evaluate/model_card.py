@@ -64,7 +64,7 @@ class CardInputs:
     recording_ids: np.ndarray    # (F,) str
     groups: np.ndarray           # (F,) str: sites
     conditions: Mapping[str, Mapping[str, str]]   # recording_id -> {column: value}
-    sim_to_real: Mapping | None  # benchmarks/sim_to_real.py's JSON, or None
+    sim_to_real: Mapping | None  # benchmarks/studies/sim_to_real.py's JSON, or None
     sim_to_real_path: str = ""
     train_run: str | None = None  # MLflow id of the network's train run: registry only
     detector_sha: str = ""       # sha256 of the detector file this card describes ("": not
@@ -204,7 +204,7 @@ def _sim_to_real(card: CardInputs) -> str:
     report = card.sim_to_real
     if not report:
         return head + ("Not measured for this card (`evaluate.sim_to_real` is empty or its "
-                       "file is absent): `python benchmarks/sim_to_real.py` scores real "
+                       "file is absent): `python benchmarks/studies/sim_to_real.py` scores real "
                        "recordings with a detector and writes the figures this section shows.")
     overall = report.get("zero_shot", {}).get("overall", {})
     det = report.get("detector", {})
@@ -215,7 +215,8 @@ def _sim_to_real(card: CardInputs) -> str:
                        f"scored the detector file then at "
                        f"`{shown_path(str(det.get('path', '?')))}` ({named}), not shown to be "
                        "this one, and a card quotes only its own detector's figures. Run "
-                       "`python benchmarks/sim_to_real.py` on this detector file to measure it.")
+                       "`python benchmarks/studies/sim_to_real.py` on this detector file to "
+                       "measure it.")
     ci = overall.get("roc_auc_ci") or [math.nan, math.nan]
     return head + (f"From `{shown_path(card.sim_to_real_path)}`, which scored this detector "
                    f"file (sha256 {scored[:12]}, input_norm `{det.get('input_norm', '?')}`). "
@@ -244,7 +245,8 @@ def _limits(card: CardInputs) -> str:
             "recordings.\n"
             "- A sensor mount or fitting that rings in the leak band makes a recording without "
             "a leak look like one with a leak, which the training recordings hold: in the "
-            "project's benchmark (`benchmarks/field_resonance.py`) such a resonance raised the "
+            "project's benchmark (`benchmarks/studies/field_resonance.py`) such a resonance "
+            "raised the "
             "default detector's false-alarm rate about fourfold while no single recording was "
             "marked `shifted`. Check a network's recordings as a set: predict writes the set "
             "domain check beside its CSV (`<out stem>_domain.json`).\n"

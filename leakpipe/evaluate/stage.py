@@ -70,7 +70,7 @@ class EvaluatePaths:
     detector: Path
     validated: Path | None     # the validation stamp; None: --unvalidated (tagged, warned)
     model_card: Path | None = None      # None: no card written
-    sim_to_real: Path | None = None     # benchmarks/sim_to_real.py's JSON for the card
+    sim_to_real: Path | None = None     # benchmarks/studies/sim_to_real.py's JSON for the card
 
     def split(self, name: str) -> Path:
         return self.data_dir / f"{name}.h5"

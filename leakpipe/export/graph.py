@@ -11,7 +11,7 @@ eval mode: dropout is gone and batch normalisation uses its running statistics. 
 inference form (``leakpipe.inference``, 1-D convolutions for one-frame segments): its pairwise
 max pool slices by a traced size, which hides the mel axis's length from the exporter (the
 adaptive pool then cannot be exported), and onnxruntime runs the 2-D graph faster anyway
-(benchmarks/bench_export.py: 2.0x the 1-D graph on 2 CPU cores). The batch axis is
+(benchmarks/perf/bench_export.py: 2.0x the 1-D graph on 2 CPU cores). The batch axis is
 dynamic; the mel and frame axes are the detector's.
 """
 

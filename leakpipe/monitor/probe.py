@@ -66,12 +66,12 @@ class TrainMonitor:
         window = [s for s in self.sampler.snapshot() if t0 <= s.t <= t1]
         if not window:
             return {}
-        out = {"perf/cpu_percent_mean": float(np.mean([s.cpu_percent for s in window])),
-               "perf/rss_mb_max": float(max(s.rss_mb for s in window))}
+        out = {"vitals/cpu_percent_mean": float(np.mean([s.cpu_percent for s in window])),
+               "vitals/rss_mb_max": float(max(s.rss_mb for s in window))}
         gpus = [g for s in window for g in s.gpus]
         if gpus:
-            out["perf/gpu_util_mean"] = float(np.mean([g.util_percent for g in gpus]))
-            out["perf/gpu_mem_mb_max"] = float(max(g.mem_used_mb for g in gpus))
+            out["vitals/gpu_util_mean"] = float(np.mean([g.util_percent for g in gpus]))
+            out["vitals/gpu_mem_mb_max"] = float(max(g.mem_used_mb for g in gpus))
         return out
 
     def profile(self) -> dict[str, Any]:

@@ -54,10 +54,10 @@ class EpochProfile:
     n_spikes: int
 
     def metrics(self) -> dict[str, float]:
-        return {"perf/step_p50_ms": self.p50_ms, "perf/step_p99_ms": self.p99_ms,
-                "perf/data_wait_frac": self.data_wait_frac,
-                "perf/step_samples_per_s": self.samples_per_s,
-                "perf/steps_per_s": self.steps_per_s, "perf/step_spikes": float(self.n_spikes)}
+        return {"vitals/step_p50_ms": self.p50_ms, "vitals/step_p99_ms": self.p99_ms,
+                "vitals/data_wait_frac": self.data_wait_frac,
+                "vitals/step_samples_per_s": self.samples_per_s,
+                "vitals/steps_per_s": self.steps_per_s, "vitals/step_spikes": float(self.n_spikes)}
 
 
 def profile_steps(steps: Sequence[Step], spike_factor: float, max_spikes: int,

@@ -3,7 +3,7 @@
 A batch's size is a segment budget: what fits in the memory left after the split was placed
 (the preload plan's ``safety`` and reserves), capped by ``max_segments`` on CUDA and
 ``cpu_max_segments`` on CPU (on CPU a pass of a few files already keeps every core busy and
-larger passes only fall out of the caches: benchmarks/bench_evaluate.py). Never a fixed number.
+larger passes only fall out of the caches: benchmarks/perf/bench_evaluate.py). Never a fixed number.
 Files are never split, so votes stay per file.
 """
 

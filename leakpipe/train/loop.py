@@ -121,7 +121,7 @@ class TrainEpochResult:
                 "train/lr": self.lr, "train/grad_norm_mean": self.grad_norm_mean,
                 "train/grad_norm_max": self.grad_norm_max,
                 "train/skipped_steps": float(self.skipped_steps),
-                "perf/train_seconds": self.seconds, "perf/samples_per_s": self.segments_per_s}
+                "vitals/train_seconds": self.seconds, "vitals/samples_per_s": self.segments_per_s}
 
 
 @dataclass

@@ -78,7 +78,7 @@ class EvalResult:
     def metrics(self, prefix: str = "val") -> dict[str, float]:
         total = max(1, sum(self.pred_counts))
         out = {f"{prefix}/loss": self.loss, f"{prefix}/accuracy": self.accuracy,
-               f"{prefix}/file_threshold": self.threshold, f"perf/{prefix}_seconds": self.seconds}
+               f"{prefix}/file_threshold": self.threshold, f"vitals/{prefix}_seconds": self.seconds}
         out.update({f"{prefix}/seg_{k}": v for k, v in self.segment.items()})
         out.update({f"{prefix}/file_{k}": v for k, v in self.file.items()})
         out.update({f"{prefix}/pred_share/{name}": c / total

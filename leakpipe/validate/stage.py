@@ -89,5 +89,5 @@ def report_metrics(report: ValidationReport) -> dict[str, float]:
     return {"validate/checks": len(report.checks), "validate/failed": len(report.failures),
             "validate/files": report.n_files, "validate/mib_read": report.bytes_read / 2**20,
             "validate/seconds": report.seconds,
-            "perf/validate_mib_per_s": report.bytes_read / 2**20 / seconds,
-            **{f"perf/validate_{name}": value for name, value in report.timings.items()}}
+            "vitals/validate_mib_per_s": report.bytes_read / 2**20 / seconds,
+            **{f"vitals/validate_{name}": value for name, value in report.timings.items()}}
