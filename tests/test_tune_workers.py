@@ -22,7 +22,6 @@ from tests.helpers_tune import TuneWorkspace, make_workspace, worker_command
 N_TRIALS = 4
 POLL_S = 0.05
 WAIT_S = 120.0
-STORAGES = ("journal", "sqlite")
 
 
 def _workspace(tmp_path: Path, storage: str, **tune) -> TuneWorkspace:
@@ -35,30 +34,28 @@ def _no_env_storage(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("OPTUNA_STORAGE", raising=False)
 
 
+# Each storage once with two concurrent workers (a few seconds of torch start-up each): the
+# journal file finishing the budget with MLflow logged from the workers, SQLite finishing it
+# after one worker is SIGKILLed (the other takes the rest), PostgreSQL below.
 @pytest.mark.slow
-@pytest.mark.parametrize("storage", STORAGES)
-def test_two_workers_finish_exactly_the_budget(tmp_path, monkeypatch, storage: str) -> None:
-    tracked = storage == "journal"          # MLflow from worker processes: once is enough
-    if tracked:
-        uri = copied_store(tmp_path / "mlruns")
-        monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
-        monkeypatch.setenv("DVC_ROOT", str(tmp_path))
-    ws = _workspace(tmp_path, storage, n_trials=N_TRIALS, pruner="none")
-    run_study(ws.params, ws.paths, workers=2, progress=False, tracked=tracked)
+def test_two_workers_finish_exactly_the_budget(tmp_path, monkeypatch) -> None:
+    uri = copied_store(tmp_path / "mlruns")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.setenv("DVC_ROOT", str(tmp_path))
+    ws = _workspace(tmp_path, "journal", n_trials=N_TRIALS, pruner="none")
+    run_study(ws.params, ws.paths, workers=2, progress=False, tracked=True)
     trials = ws.study().get_trials()
     assert sorted(t.number for t in trials) == list(range(N_TRIALS))
     assert all(t.state == TrialState.COMPLETE for t in trials)
     assert len({t.user_attrs[ATTR_WORKER]["pid"] for t in trials}) >= 1
     assert ws.paths.best.is_file()
-    if tracked:
-        runs = MlflowClient(uri).search_runs(
-            [e.experiment_id for e in MlflowClient(uri).search_experiments()])
-        parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
-        children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
-        assert len(parents) == 1
-        assert sorted(int(r.data.tags[TAG_TRIAL]) for r in children) == list(range(N_TRIALS))
-        assert {r.data.tags["mlflow.parentRunId"] for r in children} == {
-            parents[0].info.run_id}
+    runs = MlflowClient(uri).search_runs(
+        [e.experiment_id for e in MlflowClient(uri).search_experiments()])
+    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    assert len(parents) == 1
+    assert sorted(int(r.data.tags[TAG_TRIAL]) for r in children) == list(range(N_TRIALS))
+    assert {r.data.tags["mlflow.parentRunId"] for r in children} == {parents[0].info.run_id}
 
 
 def _wait_for(condition: Callable[[], bool], what: str) -> None:
@@ -75,9 +72,8 @@ def _fresh_trial_of(study: optuna.Study, pid: int) -> bool:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("storage", STORAGES)
-def test_sigkill_of_a_worker_leaves_the_study_usable_and_complete(tmp_path, storage) -> None:
-    ws = _workspace(tmp_path, storage, n_trials=4, epochs=2, pruner="none")
+def test_sigkill_of_a_worker_leaves_the_study_usable_and_complete(tmp_path) -> None:
+    ws = _workspace(tmp_path, "sqlite", n_trials=4, epochs=2, pruner="none")
     study = ws.study()
     workers = [subprocess.Popen(worker_command(ws, i)) for i in (1, 2)]
     try:
