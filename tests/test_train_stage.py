@@ -31,6 +31,7 @@ from leakpipe.constants import KNOWN_CLASSES
 from leakpipe.data.writer import SplitWriter
 from leakpipe.detector import load_detector, load_network
 from leakpipe.errors import DataError
+from leakpipe.metric_names import TIMING_PREFIX
 from leakpipe.monitor.artifact import profile_title
 from leakpipe.preload import plan_training, read_shapes
 from leakpipe.train import checkpoint as ck
@@ -141,7 +142,8 @@ def read_metrics(ws: Workspace) -> dict[str, Any]:
 
 def comparable(metrics: dict[str, Any]) -> dict[str, Any]:
     """metrics/train.json without timings and per-invocation counts."""
-    return {k: v for k, v in metrics.items() if k not in ("perf", "epochs_this_run")}
+    timing = TIMING_PREFIX.rstrip("/")
+    return {k: v for k, v in metrics.items() if k not in (timing, "epochs_this_run")}
 
 
 def mlflow_runs(uri: str) -> list[Any]:
