@@ -77,9 +77,9 @@ def seed_line(seeds: Mapping[str, Any]) -> str:
             f"{last['baselines']}, folds fixed; {seeds['machine']}): " + ", ".join(parts))
     if still:
         text += f"; {', '.join(still)} the same in every run (deterministic fits)"
-    return (text + ". Training on another CPU model changes the trained methods' figures in "
-            "the same way (other float kernels); `benchmarks/studies/seed_spread.py`, "
-            "`benchmarks/results/seed_spread.json`.")
+    return (text + ". A run on another CPU model differs from this one as another seed does "
+            "(other float kernels round otherwise); how far was measured over seeds only. "
+            "`benchmarks/studies/seed_spread.py`, `benchmarks/results/seed_spread.json`.")
 
 
 def render(cv: Mapping[str, Any], scenarios: Mapping[str, Any] | None,
