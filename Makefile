@@ -28,17 +28,32 @@ run: $(STAMP)
 TEST_WORKERS ?= 2
 test: $(STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile \
-	  --durations=15
+	  --durations=30
 
-# The suite on other float kernels than this CPU's fastest, as another CPU model would pick:
-# torch's oldest kernel set, OpenBLAS's generic x86-64 ones, MKL and oneDNN held to SSE4,
-# KERNEL_THREADS threads (`make test-kernels KERNEL_THREADS=2`: other reduction orders).
-KERNEL_THREADS ?= 1
-KERNEL_ENV := ATEN_CPU_CAPABILITY=default OPENBLAS_CORETYPE=Prescott \
-  MKL_ENABLE_INSTRUCTIONS=SSE4_2 ONEDNN_MAX_CPU_ISA=SSE41 OMP_NUM_THREADS=$(KERNEL_THREADS)
+# The suite on a slower, narrower machine than this one, as a newcomer's may be: one core
+# (taskset -c KERNEL_CORE, one thread per library) and one test worker, so every item and
+# fixture takes as long as it would on a slow 1-core share, and numpy, OpenBLAS, torch and
+# oneDNN held to narrower SIMD than this CPU's widest. Two machines, one after the other
+# (`make test-kernels KERNEL_MACHINES=avx2` runs one):
+#   avx2: numpy without its AVX-512 paths (X86_V4), OpenBLAS's Haswell kernels, torch's AVX2 set
+#         (needs a CPU with AVX2: OpenBLAS runs the kernels it is told to)
+#   avx:  numpy at its X86_V2 baseline (no AVX2 / FMA), OpenBLAS's Sandybridge kernels,
+#         torch's default (non-vector) set, oneDNN and MKL at SSE4
+# Emulation is a net: the tests themselves bound every comparison of two computations by float
+# rounding, since no emulation covers every CPU.
+KERNEL_MACHINES ?= avx2 avx
+KERNEL_CORE ?= 0
+KERNEL_ENV_avx2 := NPY_DISABLE_CPU_FEATURES="X86_V4 AVX512_ICL AVX512_SPR" \
+  OPENBLAS_CORETYPE=Haswell ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 \
+  MKL_ENABLE_INSTRUCTIONS=AVX2
+KERNEL_ENV_avx := NPY_DISABLE_CPU_FEATURES="X86_V3 X86_V4 AVX512_ICL AVX512_SPR" \
+  OPENBLAS_CORETYPE=Sandybridge ATEN_CPU_CAPABILITY=default ONEDNN_MAX_CPU_ISA=SSE41 \
+  MKL_ENABLE_INSTRUCTIONS=SSE4_2
+ONE_CORE := OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1
 test-kernels: $(STAMP)
-	$(KERNEL_ENV) PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -q -n $(TEST_WORKERS) \
-	  --dist loadfile --durations=15
+	$(foreach m,$(KERNEL_MACHINES),echo "test-kernels: $(m) on core $(KERNEL_CORE)" && \
+	  $(KERNEL_ENV_$(m)) $(ONE_CORE) PATH="$(CURDIR)/$(BIN):$$PATH" \
+	  taskset -c $(KERNEL_CORE) $(BIN)/python -m pytest -q -n 1 --dist loadfile --durations=30 &&) true
 
 lint: $(STAMP)
 	$(BIN)/ruff check leakpipe stages tests benchmarks

@@ -18,21 +18,41 @@ PARAMS = REPO / "params.yaml"
 def pytest_configure(config: pytest.Config) -> None:
     """Keep the order below under ``--dist loadfile``: pytest-xdist otherwise re-sorts the
     modules by their number of tests (its ``--loadscope-reorder`` default), which would start
-    a module of one long test (test_ddp, test_faults) or test_pipeline late, leaving a worker
+    a module of one long test (test_ddp, test_faults) or a pipeline module late, leaving a worker
     alone at the end."""
     if getattr(config.option, "loadscopereorder", None):
         config.option.loadscopereorder = False
 
 
+# The slow group's first and last modules. The grid builds the session's one pipeline repro
+# (tests/helpers_pipeline.py) and then runs the suite's longest chain, its queued experiments:
+# started first, it ends before the many short modules do. test_pipeline reads the same repro:
+# started last of the slow ones, it finds it built instead of waiting on it.
+SLOW_FIRST, SLOW_LAST = "test_pipeline_grid.py", "test_pipeline.py"
+# pytest-timeout guards against hangs, never against a slow machine: an end-to-end item (and
+# the module fixture its setup builds) gets at least 3x its time on one core of a slow CPU
+# (`make test-kernels`), every other item pyproject.toml's `timeout`.
+SLOW_TIMEOUT_S = 1800
+
+
+def _rank(item: pytest.Item) -> tuple[bool, int]:
+    name = item.path.name
+    return item.get_closest_marker("slow") is None, (name != SLOW_FIRST) + (name == SLOW_LAST)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The slow end-to-end tests first, in their modules' order, the rest after them.
+    """The slow end-to-end tests first, in their modules' order (but ``SLOW_FIRST`` and
+    ``SLOW_LAST``), the rest after them; each slow item with ``SLOW_TIMEOUT_S``.
 
     `make test` runs the suite on two workers, a module at a time each (``--dist loadfile``);
-    the test_pipeline module alone takes minutes. Started last, it would run on one worker
-    while the other sat idle; started first, the many short modules fill the other worker
-    meanwhile. A stable sort: the order inside each group stays the collection order.
+    the pipeline modules take minutes. Started last, they would run on one worker while the
+    other sat idle; started first, the many short modules fill the other worker meanwhile. A
+    stable sort: the order inside each group stays the collection order.
     """
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    items.sort(key=_rank)
+    for item in items:
+        if item.get_closest_marker("slow") and not item.get_closest_marker("timeout"):
+            item.add_marker(pytest.mark.timeout(SLOW_TIMEOUT_S))
 
 
 @pytest.fixture(scope="session")

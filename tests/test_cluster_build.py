@@ -1,9 +1,11 @@
 """`build` and `index` on a real Dask cluster: a `dask scheduler` and a `dask worker` process
 (2 workers, 1 thread each, nannies) on 127.0.0.1, as docs/scale-out.md starts them.
 
-The split files are compared byte for byte (sha256) with the local pool's: the workers run
-the same code on the same CPU and the build process writes the rows in manifest order, so
-nothing may differ, not even HDF5's layout. The scheduler allows one death per task
+The split files are compared with the local pool's: the workers run the same code and the
+build process writes the rows in manifest order, so the ids, labels, attributes and HDF5's
+layout are the same, and the floats too on one machine; other processes may round float32
+sums another way, so these are held to float32 rounding (tests/helpers_close.py), not to
+their bytes. The scheduler allows one death per task
 (``allowed-failures`` 1, Dask's default is 3) so that a recording that kills its worker is
 given up after 2 + 2 deaths, not 4 + 4: the same path, in a few seconds.
 """
@@ -24,6 +26,7 @@ from leakpipe.build import BuildFailed, build
 from leakpipe.cluster import ClusterSettings, connect
 from leakpipe.config import BuildConfig
 from leakpipe.index import index_recordings
+from tests.helpers_close import assert_builds_close
 from tests.helpers_cluster import scheduler, workers
 from tests.test_build import make_recordings
 
@@ -71,18 +74,23 @@ def test_the_cluster_writes_the_local_pools_bytes(tmp_path: Path, address: str,
     root = Path("raw")
     local = build(cfg, root, tmp_path / "local", progress=False)
     remote = _on_cluster(cfg, address, root, tmp_path / "dask", chunk=3, verify=4)
-    assert remote.sha256 == local.sha256
+    assert_builds_close(tmp_path / "dask", tmp_path / "local")
     info = remote.to_dict()
     assert (info["backend"], info["workers"], info["workers_lost"]) == ("dask", 2, 0)
     assert local.to_dict()["backend"] == "local"
-    assert info["verify"] == {"recordings": 4, "identical": 4, "differing": []}
+    verify = info["verify"]       # byte-identical on one machine so far; not promised
+    assert verify["recordings"] == 4 and verify["identical"] + len(verify["differing"]) == 4
+    # a float32 rounding apart rounds a stored float16 at most one ulp the other way: 2^-4 dB
+    # for |mel| < 128 dB (the log floor is -100 dB); a wrong clip is off by dB
+    assert all(d["max_abs_db"] is not None and d["max_abs_db"] <= 2.0**-4
+               for d in verify["differing"]), verify
 
 
 def test_a_worker_killed_mid_build_changes_nothing(tmp_path: Path, address: str,
                                                    cfg: BuildConfig) -> None:
     slow = "LEAK/s1_0_slow.wav"
     root = _recordings(tmp_path / "raw", {"LEAK/s1_0.wav": slow})
-    local = build(cfg, root, tmp_path / "local", progress=False)
+    build(cfg, root, tmp_path / "local", progress=False)
     killed = []
 
     def kill_the_worker_reading_it() -> None:
@@ -98,24 +106,24 @@ def test_a_worker_killed_mid_build_changes_nothing(tmp_path: Path, address: str,
     remote = _on_cluster(cfg, address, root, tmp_path / "dask")
     killer.join(5)
     assert killed, "the slow recording never started"
-    assert remote.sha256 == local.sha256
+    assert_builds_close(tmp_path / "dask", tmp_path / "local")
     assert remote.workers_lost >= 1
     assert remote.unusable == []
 
 
 def test_a_recording_that_kills_its_worker_is_skipped(tmp_path: Path, address: str,
                                                       cfg: BuildConfig) -> None:
-    """The same split bytes as a local build where that file is merely unreadable: unusable
+    """The same splits as a local build where that file is merely unreadable: unusable
     either way, every other recording where it was."""
     poison = "NORMAL/s2_1_poison.wav"
     root = _recordings(tmp_path / "raw", {"NORMAL/s2_1.wav": poison})
     (root / poison).write_bytes(b"not audio")  # locally: unreadable (the hook never reads it)
     skip = dataclasses.replace(cfg, on_error="skip")
-    local = build(skip, root, tmp_path / "local", progress=False)
+    build(skip, root, tmp_path / "local", progress=False)
     remote = _on_cluster(skip, address, root, tmp_path / "dask")
     assert [u["path"] for u in remote.unusable] == [str(root / poison)]
     assert "killed its Dask worker each of 2 times" in remote.unusable[0]["reason"]
-    assert remote.sha256 == local.sha256
+    assert_builds_close(tmp_path / "dask", tmp_path / "local")
     assert remote.workers_lost >= 4  # twice in its chunk, twice alone
 
 

@@ -8,7 +8,7 @@
 
 Four queued DVC experiments run two at a time (all finish, each logs its runs into the project's
 own store, no "database is locked") are the segmentation-grid study's test:
-tests/test_pipeline.py::test_segmentation_grid_runs_queued_experiments_two_at_a_time.
+tests/test_pipeline_grid.py::test_segmentation_grid_runs_queued_experiments_two_at_a_time.
 
 A SIGKILLed tune worker (the study still ends with exactly its trial budget) is covered by
 tests/test_tune_workers.py::test_sigkill_of_a_worker_leaves_the_study_usable_and_complete; the
