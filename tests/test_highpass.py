@@ -34,6 +34,7 @@ from leakpipe.files import save_torch_atomic
 from leakpipe.model import create_model
 from leakpipe.predict_inputs import prepare
 from tests.conftest import PARAMS
+from tests.helpers_close import assert_floats_close
 from tests.helpers_detector import LIMITS, SMALL_MODEL, one_torch_thread, restore_logging
 from tests.helpers_h5 import SMALL_FEATURES, write_split
 from tests.helpers_predict import read_predictions
@@ -100,7 +101,9 @@ def test_block_wise_filtering_equals_the_whole_recording(block: int) -> None:
     whole = highpass(x, 20.0, 44100)
     hp = HighPass(20.0, 44100, len(x))
     parts = [hp(x[a:a + block]) for a in range(0, len(x), block)] + [hp.flush()]
-    np.testing.assert_array_equal(np.concatenate(parts), whole)            # bit for bit
+    # the same recursion sample by sample, but the per-block state hand-over and any
+    # vectorised kernel may round differently: within float32 rounding of the peak
+    assert_floats_close(np.concatenate(parts), whole, f"block {block}")
     sos = butter(ORDER, 20.0, btype="highpass", fs=44100, output="sos")  # the design, checked
     level = np.mean(x[:level_frames(44100, len(x))], dtype=np.float64)
     np.testing.assert_allclose(whole, sosfilt(sos, x.astype(np.float64) - level), atol=1e-6)
@@ -110,13 +113,17 @@ def test_block_wise_filtering_equals_the_whole_recording(block: int) -> None:
 def test_clips_decoded_block_by_block_equal_the_whole_file_filtered(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rate: int, block: int) -> None:
     """The reference: the whole file read, high-passed at its rate, resampled, cut (as in
-    tests/test_long_recordings.py); the streamed clips are bit-identical to it."""
+    tests/test_long_recordings.py); the streamed clips equal it within float32 rounding
+    (the two paths filter and resample in differently sized pieces)."""
     from tests.test_long_recordings import whole_file_clips
     x = noise(7.3, rate, rms=0.2) + np.float32(0.2)
     sf.write(tmp_path / "dc.wav", x, rate, subtype="PCM_16")
     monkeypatch.setattr(audio_io, "BLOCK_FRAMES", block)
     clips = load_clips(tmp_path / "dc.wav", ON, None, 0.5)
-    np.testing.assert_array_equal(clips, whole_file_clips(tmp_path / "dc.wav", ON, None))
+    expected = whole_file_clips(tmp_path / "dc.wav", ON, None)
+    # a long resampling filter's sums taken in another order, as in test_long_recordings:
+    # 1e-5 of the peak; a sample shifted at a block edge moves a noise clip by about the peak
+    np.testing.assert_allclose(clips, expected, rtol=0, atol=1e-5 * float(np.abs(expected).max()))
 
 
 def test_a_rate_too_low_for_the_cut_off_is_an_audio_error(tmp_path: Path) -> None:
@@ -169,9 +176,11 @@ def test_served_waveforms_are_filtered_like_files(tmp_path: Path) -> None:
     detector = _detector_like(ON)
     from_file = next(prepare(tmp_path / "a.wav", detector, 0.5, 100)).mel
     served = next(prepare(waveform_source("a", x, 8000), detector, 0.5, 100)).mel
-    np.testing.assert_array_equal(served, from_file)
-    np.testing.assert_array_equal(from_file, clip_features(
-        load_clips(tmp_path / "a.wav", ON, from_file.shape[0], 0.5), ON))   # build's path
+    # three paths (served array, file stream, build's clip cut): log-mel within float32
+    # rounding of the largest magnitude, since each may hand the FFT differently laid-out blocks
+    assert_floats_close(served, from_file, "served vs file")
+    assert_floats_close(from_file, clip_features(
+        load_clips(tmp_path / "a.wav", ON, from_file.shape[0], 0.5), ON), "file vs build")
 
 
 # -- the parameter and stored feature configs --------------------------------------------------

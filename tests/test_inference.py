@@ -41,7 +41,10 @@ def test_outputs_match_leakcnn(n_mels: int, widths: tuple[int, int, int], pool_h
         fast_logits, fast_leak = fast(x)
     torch.testing.assert_close(fast_logits, logits, atol=ATOL, rtol=1e-5)
     torch.testing.assert_close(fast_leak, leak, atol=ATOL, rtol=1e-5)
-    assert torch.equal(fast_logits.argmax(-1), logits.argmax(-1))
+    # the same class wins, except where the reference's top two are within the tolerance
+    flipped = fast_logits.argmax(-1) != logits.argmax(-1)
+    top2 = logits.topk(2, dim=-1).values
+    assert bool(((top2[:, 0] - top2[:, 1]) <= 2 * (ATOL + 1e-5 * top2[:, 0].abs()))[flipped].all())
 
 
 def test_the_default_model_has_an_inference_form() -> None:

@@ -19,6 +19,7 @@ from leakpipe.data.input_norm import (
 )
 from leakpipe.data.reader import open_split
 from leakpipe.data.split_info import load_resident
+from tests.helpers_close import assert_floats_close
 from tests.helpers_h5 import write_split
 
 # two clips of (L=1, S=2, M=3, T=1): band values per segment
@@ -71,14 +72,17 @@ def test_segments_of_whole_files_normalise_like_their_clips() -> None:
 
 
 @pytest.mark.parametrize("norm", ["clip_level", "clip_band"])
-def test_split_offsets_resident_and_streamed_are_the_same_bits(tmp_path: Path,
+def test_split_offsets_resident_and_streamed_agree_within_rounding(tmp_path: Path,
                                                                norm: str) -> None:
     path = write_split(tmp_path / "val.h5", "val", recordings_per_class=3)
     with open_split(path) as split:
         direct = clip_offsets(torch.from_numpy(split.mel[:]), norm)      # (F, M)
     data = load_resident(path, "ram", "cpu", binary=True)
-    assert torch.equal(split_offsets(path, norm), direct)
-    assert torch.equal(resident_offsets(data.segments, data.info.segments_per_file, norm), direct)
+    # the same means over differently sized blocks (streamed) or one tensor (resident): the
+    # reductions may sum in another order, so float32 rounding of the largest offset
+    assert_floats_close(split_offsets(path, norm).numpy(), direct.numpy(), "streamed")
+    assert_floats_close(resident_offsets(data.segments, data.info.segments_per_file,
+                                         norm).numpy(), direct.numpy(), "resident")
 
 
 @pytest.mark.parametrize("placement", ["ram", "stream"])
@@ -90,7 +94,7 @@ def test_eval_batches_are_normalised_per_file(tmp_path: Path, placement: str) ->
     batches = make_eval_batches(path, placement, 200, binary=True, input_norm="clip_band")
     got = torch.cat([x for x, _, _ in batches])
     assert got.dtype == torch.float32
-    assert torch.equal(got, want)
+    assert_floats_close(got.numpy(), want.numpy(), placement)   # batched vs whole: rounding
     plain = torch.cat([x for x, _, _ in make_eval_batches(path, placement, 200, binary=True)])
     assert plain.dtype == torch.float16
     assert torch.equal(plain, mel.reshape(-1, 1, *mel.shape[-2:]))

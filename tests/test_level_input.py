@@ -170,8 +170,12 @@ def test_a_detector_with_level_input_loads_back_with_it(tmp_path: Path) -> None:
     x = _x()
     with torch.inference_mode():
         expected, loaded = model(x), detector.model(x)
-    assert torch.equal(expected[0], loaded[0]) and torch.equal(expected[1], loaded[1])
-    assert torch.equal(detector.model.level.norm.running_mean, model.level.norm.running_mean)
+    # the weights are the bytes written; the outputs come from other tensors in memory (kernels
+    # may pick their vector paths by alignment), so within float32 rounding
+    weights = model.state_dict()
+    assert all(torch.equal(v, weights[k]) for k, v in detector.model.state_dict().items())
+    torch.testing.assert_close(loaded[0], expected[0], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(loaded[1], expected[1], rtol=1e-5, atol=1e-5)
 
 
 def test_a_file_without_the_key_loads_as_false_and_false_is_not_written(tmp_path: Path) -> None:

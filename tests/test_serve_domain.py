@@ -30,6 +30,7 @@ from leakpipe.cli import main
 from leakpipe.constants import BINARY_CLASSES
 from leakpipe.decision import domain as dm
 from leakpipe.decision.calibration import Calibration
+from leakpipe.decision.verdict import DECIMALS
 from leakpipe.detector import Detector, load_detector, save_detector
 from leakpipe.model import create_model
 from leakpipe.predict_inputs import prepare
@@ -48,6 +49,7 @@ _keep_logging = pytest.fixture(autouse=True)(restore_logging)
 _one_thread = pytest.fixture(autouse=True)(one_torch_thread)
 
 RATE = 4096             # the small features' rate
+UNIT = 10.0 ** -DECIMALS * (1 + 1e-9)   # one unit of a written figure's last decimal
 SECONDS = 2.0
 # (name, gain dB, sample rate): like the reference's recordings; half the rate (nothing above
 # 1024 Hz: shifted, band); 40 dB quieter (shifted, level)
@@ -134,7 +136,8 @@ def test_served_domain_columns_are_predicts(served: Served) -> None:
         row = rows[answer["id"]]
         assert answer["status"] == "ok", answer["notes"]
         assert answer["domain"] == row["domain"], answer["id"]
-        assert answer["domain_distance"] == float(row["domain_distance"]), answer["id"]
+        # served in one piece, the file block by block: one unit of the last written decimal
+        assert abs(answer["domain_distance"] - float(row["domain_distance"])) <= UNIT, answer["id"]
         assert answer["domain_reason"] == row["domain_reason"], answer["id"]
     by_id = {a["id"]: a for a in answers}
     # the reference is used: not `unknown`, and each recording for its own reason
@@ -170,7 +173,11 @@ def test_one_threshold_on_the_leak_prob_scale_and_the_verdict(
         explained = json.loads((why / name.replace(".wav", ".json")).read_text())
         assert float(row["threshold"]) == answer["threshold"] == explained["threshold"] \
             == threshold, name
-        assert float(row["leak_prob"]) == answer["leak_prob"] == explained["leak_prob"], name
+        # three paths to the same figure (file blocks, one served array, explain's pass): to
+        # one unit of the last written decimal; the call on each side of the threshold is
+        # checked against its own figure below
+        probs = (float(row["leak_prob"]), answer["leak_prob"], explained["leak_prob"])
+        assert max(probs) - min(probs) <= UNIT, (name, probs)
         for call in (answer, explained, {**row, "leak_prob": float(row["leak_prob"])}):
             assert (call["leak_prob"] >= threshold) == (call["decision"] == "LEAK"), name
         assert row["verdict"] == answer["verdict"] == explained["verdict"], name

@@ -59,5 +59,7 @@ def test_a_non_contiguous_block_gives_the_stats_of_its_copy() -> None:
     flat = np.random.default_rng(4).uniform(-10, 10, (10, 64)).astype(np.float16)
     view = flat[::2]
     a, b = block_stats(view), block_stats(view.copy())
-    np.testing.assert_array_equal(a.fingerprint, b.fingerprint)
-    np.testing.assert_array_equal(a.total, b.total)
+    np.testing.assert_array_equal(a.fingerprint, b.fingerprint)      # bits: exact
+    # a strided view and its copy may be summed by different numpy loops (pairwise only on
+    # contiguous rows): float32 rounding, not the same bits
+    np.testing.assert_allclose(a.total, b.total, rtol=1e-6)
