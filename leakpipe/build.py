@@ -48,7 +48,7 @@ from leakpipe.build_recording import (
 )
 from leakpipe.cluster import ClusterSettings, Session, connect
 from leakpipe.config import BuildConfig, RecordingStatsConfig, load_section
-from leakpipe.constants import ALL_CLIPS, LEAK_CLASS, SPLITS
+from leakpipe.constants import ALL_CLIPS, BINARY_CLASSES, KNOWN_CLASSES, LEAK_CLASS, SPLITS
 from leakpipe.data.manifest import Recording, discover
 from leakpipe.data.splits import assign_splits
 from leakpipe.data.writer import SplitWriter, StatsColumns
@@ -56,6 +56,7 @@ from leakpipe.errors import DataError
 from leakpipe.features.pool import ordered_map
 from leakpipe.features.recording_stats import stat_names
 from leakpipe.files import file_sha256, write_json_atomic
+from leakpipe.names import class_name
 
 log = logging.getLogger(__name__)
 
@@ -129,9 +130,31 @@ def _killed(item: tuple[int, Path], reason: str) -> RecordingResult:
 # -- orchestration ------------------------------------------------------------------------------
 
 
+def unknown_classes(recordings: Sequence[Recording], known: Sequence[str]) -> str:
+    """One line naming the first class outside ``known`` and up to three of its rows, or ""."""
+    label = next((r.label for r in recordings if r.label not in known), None)
+    if label is None:
+        return ""
+    mine = [r.recording_id for r in recordings if r.label == label]
+    more = f" and {len(mine) - 3} more" if len(mine) > 3 else ""
+    return (f"class {label!r} ({len(mine)} row(s): {', '.join(mine[:3])}{more}) is none of "
+            f"{', '.join(sorted(set(known)))} (matched without regard to case); correct the "
+            "spelling, or list it in build.classes to train on a class of your own")
+
+
 def select_classes(recordings: list[Recording], wanted: Sequence[str],
                    report: BuildReport | None = None) -> tuple[list[Recording], tuple[str, ...]]:
-    """Keep the wanted classes (all when empty); class names sorted as the original did."""
+    """Keep the wanted classes (all when empty); class names sorted as the original did.
+
+    The recordings' classes are already in leakpipe's spelling (``leakpipe.names``); so
+    are ``wanted`` here. A class that is none of leakpipe's (``KNOWN_CLASSES``, ``NOLEAK``) and
+    not in ``wanted`` is refused, naming its rows: a misspelt ``LEAK`` must not train as a
+    class of its own (listing it in ``build.classes`` keeps a class of the user's own).
+    """
+    wanted = tuple(class_name(c) for c in wanted)
+    unknown = unknown_classes(recordings, (*KNOWN_CLASSES, *BINARY_CLASSES, *wanted))
+    if unknown:
+        raise DataError(unknown)
     found = sorted({r.label for r in recordings})
     names = tuple(sorted(wanted)) if wanted else tuple(found)
     missing = [c for c in names if c not in found]

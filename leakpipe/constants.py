@@ -44,7 +44,8 @@ MANIFEST_COLUMNS: tuple[str, ...] = ("path", "class", "group")
 MANIFEST_OPTIONAL: tuple[str, ...] = ("material", "sensor", "sample_rate", "duration_s", "seed")
 MANIFEST_NAME = "manifest.csv"
 AUDIO_SUFFIXES: tuple[str, ...] = (".wav", ".flac", ".ogg")
-# Audio files leakpipe does not read (build never lists them, so no detector learnt from them):
+# Audio files leakpipe does not read (build and cv refuse them as unusable, so no detector learnt
+# from them; leakpipe.audio.opening.unread_format):
 # `leakpipe predict` gives each one a row saying so, rather than no row or a score.
 UNREAD_AUDIO_SUFFIXES: tuple[str, ...] = (".mp3", ".m4a", ".aac", ".wma", ".opus", ".aif",
                                           ".aiff", ".amr")

@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from leakpipe.audio.clips import AudioError
-from leakpipe.audio.opening import AudioSource, open_audio
+from leakpipe.audio.opening import AudioSource, open_audio, unread_format
 from leakpipe.decision.domain import (
     IN,
     SHIFTED,
@@ -52,7 +52,7 @@ from leakpipe.decision.verdict import DECIMALS, call_fields, with_verdict
 from leakpipe.features.mel import band_centers_hz
 from leakpipe.features.recording_stats import StatsAccumulator
 from leakpipe.files import os_problem
-from leakpipe.predict_inputs import Unusable, prepare, unread_format
+from leakpipe.predict_inputs import Unusable, prepare
 from leakpipe.predict_rows import STATUS_ERROR, STATUS_UNUSABLE
 from leakpipe.predict_scoring import ClipScoring
 from leakpipe.predict_stats import RAW_DECIMALS, blank_row, run_predict_stats, top_statistic

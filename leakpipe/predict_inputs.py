@@ -5,8 +5,9 @@ checked and turned into features, a batch's worth of clips at a time.
   path that does not exist, or a selection with no recording at all, is a one-line
   ``DataError``: an exit code of 0 must mean that recordings were scored. A file with the
   suffix of an audio format that leakpipe does not read (``UNREAD_AUDIO_SUFFIXES``: ``.mp3``
-  ...) gets an ``unusable`` row saying so, in a folder and named alike: build never lists
-  them, so no detector learnt from their (lossy, band-cut) sound.
+  ...) gets an ``unusable`` row saying so, in a folder and named alike: build and cv refuse
+  them with the same reason (``leakpipe.audio.opening.unread_format``), so no detector learnt
+  from their (lossy, band-cut) sound.
 - **The signal checks** of build (``leakpipe.audio.quality``: dead, clipped, DC offset, and the
   reader's ``truncated``), with the detector's `build.quality`: a check in its ``reject`` makes
   the recording ``unusable`` (no decision, its reason in ``notes``), any other only notes it,
@@ -16,6 +17,7 @@ checked and turned into features, a batch's worth of clips at a time.
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -25,16 +27,19 @@ import numpy as np
 
 from leakpipe.audio.clips import AudioError, plan_clips
 from leakpipe.audio.io import stream_clips
-from leakpipe.audio.opening import AudioSource, open_audio
+from leakpipe.audio.opening import AudioSource, open_audio, unread_format
 from leakpipe.audio.quality import DEAD, SignalStats, find_issues, truncation
 from leakpipe.audio.resampling import resampled_length
 from leakpipe.config import QualityConfig
 from leakpipe.constants import AUDIO_SUFFIXES, UNREAD_AUDIO_SUFFIXES
+from leakpipe.data.identity import Recording, identities
 from leakpipe.detector import Detector
 from leakpipe.errors import DataError
 from leakpipe.features.mel import clip_features
 from leakpipe.files import listed_entries, os_problem
 from leakpipe.predict_rows import STATUS_UNUSABLE, Failed, Prepared
+
+log = logging.getLogger(__name__)
 
 PREDICT_SUFFIXES = AUDIO_SUFFIXES + UNREAD_AUDIO_SUFFIXES   # what a folder lists: rows for all
 
@@ -47,10 +52,13 @@ class Unusable(AudioError):
 def find_recordings(paths: Iterable[Path],
                     suffixes: Sequence[str] = AUDIO_SUFFIXES) -> list[Path]:
     """Files as given; folders searched recursively for files with ``suffixes``; order kept,
-    no repeats.
+    each recording once.
 
     In a folder every entry with such a suffix counts, a folder or a symlink loop so named
-    too: it gets an error row with its reason rather than no row (as build lists it).
+    too: it gets an error row with its reason rather than no row (as build lists it). One
+    recording named twice (``a.wav`` and ``in/../a.wav``, a symlink, a byte-identical copy:
+    ``leakpipe.data.identity``, as build compares them) is scored once, under its first name,
+    so that neither the summary nor the set domain check counts it twice.
     """
     found: list[Path] = []
     for path in map(Path, paths):
@@ -58,7 +66,15 @@ def find_recordings(paths: Iterable[Path],
             found += listed_entries(path, suffixes)
         else:
             found.append(path)
-    return list(dict.fromkeys(found))
+    found = list(dict.fromkeys(found))
+    keys = identities([Recording(p, str(p), "", "") for p in found])
+    first: dict[str, Path] = {}
+    kept = [p for p, key in zip(found, keys, strict=True) if first.setdefault(key, p) is p]
+    if len(kept) < len(found):
+        again = next(p for p, key in zip(found, keys, strict=True) if first[key] is not p)
+        log.info("%d recording(s) named twice are scored once, first: %s (the same recording "
+                 "as %s)", len(found) - len(kept), again, first[keys[found.index(again)]])
+    return kept
 
 
 def select_recordings(paths: Sequence[Path]) -> list[Path]:
@@ -76,16 +92,6 @@ def select_recordings(paths: Sequence[Path]) -> list[Path]:
         raise DataError(f"{named}: no recordings ({', '.join(PREDICT_SUFFIXES)}) found "
                         "(nothing scored)")
     return found
-
-
-def unread_format(path: Path) -> str:
-    """Why ``path`` is not read (an audio format leakpipe does not read), or ""."""
-    suffix = Path(path).suffix.lower()
-    if suffix not in UNREAD_AUDIO_SUFFIXES:
-        return ""
-    return (f"{path}: {suffix} is not a format leakpipe reads (build and predict read "
-            f"{', '.join(AUDIO_SUFFIXES)}; no detector learnt from {suffix} sound): convert "
-            "it from its original, e.g. to FLAC")
 
 
 def prepare(recording: Path | AudioSource, detector: Detector, min_fraction: float,

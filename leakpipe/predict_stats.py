@@ -36,7 +36,7 @@ import numpy as np
 from tqdm import tqdm
 
 from leakpipe.audio.clips import AudioError
-from leakpipe.audio.opening import open_audio
+from leakpipe.audio.opening import open_audio, unread_format
 from leakpipe.decision.verdict import (
     LEAK,
     UNCERTAIN,
@@ -48,7 +48,7 @@ from leakpipe.decision.verdict import (
 )
 from leakpipe.errors import DataError
 from leakpipe.files import file_sha256, os_problem, write_csv_atomic
-from leakpipe.predict_inputs import PREDICT_SUFFIXES, find_recordings, unread_format
+from leakpipe.predict_inputs import PREDICT_SUFFIXES, find_recordings
 from leakpipe.predict_rows import DECIMALS, STATUS_ERROR, STATUS_OK, STATUS_UNUSABLE
 from leakpipe.predict_target import DetectorStamp, check_resume, write_stamp
 from leakpipe.stats_detector import StatsDetector, measure

@@ -18,6 +18,7 @@ detector whose rows a CSV holds.
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 from collections.abc import Sequence
@@ -77,7 +78,35 @@ def check_target(out: Path, recordings: Sequence[Path], *, resume: bool, force: 
     if os.path.lexists(out) and not (resume or force):
         raise DataError(f"--out {out}: exists; --resume continues it, --force replaces it, "
                         "or choose another --out")
+    if resume and not force and out.is_file():
+        _check_same_call(out, recordings)
     writable(out, "--out")
+
+
+def _check_same_call(out: Path, recordings: Sequence[Path]) -> None:
+    """``--resume`` continues the call that wrote ``out``: a whole row for a recording this
+    call does not name is refused, or the summary and the set domain check would count
+    recordings the user did not ask about now."""
+    named = {str(p) for p in recordings}
+    other = [path for path in _row_paths(out) if path not in named]
+    if other:
+        raise DataError(f"--out {out}: --resume continues the call that wrote it, but it holds "
+                        f"rows for {len(other)} recording(s) this call does not name (first: "
+                        f"{other[0]}); name the same recordings, or --force to start over")
+
+
+def _row_paths(out: Path) -> list[str]:
+    """The ``path`` of every whole row of the CSV ``out`` (a line cut by a crash is no row)."""
+    try:
+        text = out.read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise DataError(f"--out {out}: cannot be read ({os_problem(out, exc)})") from None
+    lines = text.splitlines(keepends=True)
+    if lines and not lines[-1].endswith("\n"):
+        lines = lines[:-1]
+    reader = csv.DictReader(lines)
+    return [row["path"] for row in reader          # a short row has None values, a long one
+            if None not in row and None not in row.values() and row.get("path")]   # a None key
 
 
 def check_folder(folder: Path, option: str) -> None:

@@ -58,7 +58,7 @@ from tests.test_dvc_deps import PACKAGE, REPO, imported_names, module_file
 
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("__init__", "constants"),
-    ("errors", "paths", "logs", "db_urls"),
+    ("errors", "paths", "logs", "db_urls", "names"),
     ("files", "metric_names", "config", "code_digest"),
     ("runtime", "allocator", "tracking", "monitor", "plots_page"),
     ("decision", "audio", "features", "cluster"),

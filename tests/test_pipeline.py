@@ -148,12 +148,15 @@ def test_touching_a_module_makes_exactly_its_importers_stale(
 def test_a_bad_param_stops_the_run_before_any_output_is_removed(
         reproduced: tuple[Path, str]) -> None:
     # DVC deletes a stage's outputs before running it; the `check` stage runs first and stops
-    # the run on a bad value, so a typo in `train` costs the user nothing.
+    # the run on a bad value, so a typo in `train` costs the user nothing: check's own outputs
+    # (in git, every stage's dep) persist through its refusal too.
     project, _ = reproduced
     params = project / "params.yaml"
     original = params.read_text()
     kept = ["models/model.pt", "models/detector.pt", "metrics/train.json", "metrics/eval.json",
-            "plots/train/history.csv", "reports/predictions.csv"]
+            "plots/train/history.csv", "reports/predictions.csv", "reports/params_checked.json",
+            *sorted(p.relative_to(project).as_posix() for p in (project / "digests").iterdir())]
+    assert len(kept) > 10
     before = {name: (project / name).read_bytes() for name in kept}
     assert "\n  epochs: 1 " in original               # train comes before tune in params.yaml
     params.write_text(original.replace("\n  epochs: 1 ", "\n  epochs: -1 ", 1))

@@ -355,7 +355,8 @@ def test_an_mp3_gets_an_unusable_row_in_a_folder_and_named(tmp_path: Path,
         row = rows["field.mp3"]
         assert (row["status"], row["decision"], row["leak_prob"]) == ("unusable", "", "")
         assert row["notes"].startswith(f"{rec / 'field.mp3'}: .mp3 is not a format leakpipe "
-                                       "reads (build and predict read .wav, .flac, .ogg")
+                                       "reads (build, cv, predict and explain read .wav, "
+                                       ".flac, .ogg")
 
 
 def _dir(path: Path) -> Path:

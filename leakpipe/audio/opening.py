@@ -7,6 +7,11 @@ died mid-write) is noted for one WARNING when the file is read, a header whose d
 while audio follows is taken at the frames present, and a WAV libsndfile refuses is decoded
 from its chunks instead. Every unusable recording raises ``AudioError`` with a one-line message
 naming the file and the reason. ``leakpipe.audio.io`` decodes what is opened here.
+
+One reading contract: build, cv, predict, explain and serve open every file here, so a format
+leakpipe does not read (``UNREAD_AUDIO_SUFFIXES``: ``.mp3``, ``.m4a`` ...; lossy codecs cut the
+band and smear the broadband noise a leak makes) is refused wherever it is named, with the same
+reason (``unread_format``): no detector is trained on a file it would later refuse to score.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import soundfile as sf
 
 from leakpipe.audio.clips import AudioError
 from leakpipe.audio.riff import WavLayout, wav_layout, wav_subtype
+from leakpipe.constants import AUDIO_SUFFIXES, UNREAD_AUDIO_SUFFIXES
 from leakpipe.files import file_problem
 
 _HEAD_BYTES = 8  # bytes of an unreadable file quoted in its error message
@@ -84,6 +90,8 @@ def open_audio(path: Path) -> AudioSource:
     """
     path = Path(path)
     _check_name(path)
+    if reason := unread_format(path):
+        raise UnreadFormat(reason)
     if problem := file_problem(path):
         raise AudioError(f"{path}: {problem}")
     if path.stat().st_size == 0:
@@ -114,6 +122,20 @@ def _checked(source: AudioSource) -> AudioSource:
     if source.frames == 0:
         raise AudioError(f"{path}: empty (no audio frames)")
     return source
+
+
+class UnreadFormat(AudioError):
+    """A file in an audio format leakpipe does not read (``unread_format`` says why)."""
+
+
+def unread_format(path: Path) -> str:
+    """Why ``path`` is not read (an audio format leakpipe does not read), or ""."""
+    suffix = Path(path).suffix.lower()
+    if suffix not in UNREAD_AUDIO_SUFFIXES:
+        return ""
+    return (f"{path}: {suffix} is not a format leakpipe reads (build, cv, predict and explain read "
+            f"{', '.join(AUDIO_SUFFIXES)}; no detector learnt from {suffix} sound): convert "
+            "it from its original, e.g. to FLAC")
 
 
 def _check_name(path: Path) -> None:

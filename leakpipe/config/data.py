@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from leakpipe.config.fields import num
 from leakpipe.constants import KNOWN_CLASSES
+from leakpipe.names import class_name
 
 __all__ = ["FEATURE_ADDED_DEFAULTS", "BuildConfig", "FeatureConfig", "FieldConfig",
            "PreloadConfig", "QualityConfig", "RecordingStatsConfig", "SplitConfig",
@@ -260,8 +261,8 @@ class BuildConfig(FeatureConfig):
 
     def problems(self) -> list[tuple[str, str]]:
         out = super().problems()
-        if "LEAK" not in self.classes and self.classes:
-            out.append(("classes", "must contain LEAK when given"))
+        if "LEAK" not in map(class_name, self.classes) and self.classes:
+            out.append(("classes", "must contain LEAK when given (any case)"))
         return out
 
 

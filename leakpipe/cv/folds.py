@@ -53,11 +53,24 @@ def make_folds(labels: Sequence[str], groups: Sequence[str], k: int, val_fractio
     for f in range(k):
         test = np.flatnonzero(fold_of == f)
         rest = np.flatnonzero(fold_of != f)
-        inner = assign_splits(labels[rest], groups[rest], [1.0 - val_fraction, val_fraction],
-                              seed + 1 + f)
+        inner = _inner_split(labels[rest], groups[rest], val_fraction, seed + 1 + f, f, k)
         folds.append(Fold(f, train=rest[inner == 0], val=rest[inner == 1], test=test))
         _check_classes(folds[-1], labels, groups, k)
     return folds
+
+
+def _inner_split(labels: np.ndarray, groups: np.ndarray, val_fraction: float, seed: int,
+                 fold: int, k: int) -> np.ndarray:
+    """Fold ``fold``'s inner train (0) / val (1) split of the sites outside its test fold; a
+    rest too small to split names that split, its sites per class and what to change."""
+    try:
+        return assign_splits(labels, groups, [1.0 - val_fraction, val_fraction], seed)
+    except DataError:
+        raise DataError(
+            f"fold {fold}: its inner train / val split (of the sites outside its test fold) "
+            f"needs 2 sites, {len(set(groups.tolist()))} remain (sites per class outside the "
+            f"test fold {sites_per_class(labels, groups)}); add sites, or lower cv.folds "
+            f"(now {k}): each fold keeps about (folds - 1) / folds of the sites") from None
 
 
 def sites_per_class(labels: np.ndarray, groups: np.ndarray) -> dict[str, int]:

@@ -15,7 +15,8 @@ sub-folder name (as the original system did) and the group from ``group_by``:
   ``<site>``), so that no site is in two splits.
 
 Either way one file listed twice, or a byte-identical copy of it, never becomes two recordings
-(``leakpipe.data.identity``; ``build.duplicates``).
+(``leakpipe.data.identity``; ``build.duplicates``), and class and group names are read in one
+spelling (``leakpipe.names``: stripped, Unicode NFC, classes in upper case).
 """
 
 from __future__ import annotations
@@ -24,10 +25,16 @@ import csv
 import re
 from pathlib import Path, PurePosixPath
 
-from leakpipe.constants import AUDIO_SUFFIXES, MANIFEST_COLUMNS, MANIFEST_NAME
+from leakpipe.constants import (
+    AUDIO_SUFFIXES,
+    MANIFEST_COLUMNS,
+    MANIFEST_NAME,
+    UNREAD_AUDIO_SUFFIXES,
+)
 from leakpipe.data.identity import Recording, unique_recordings
 from leakpipe.errors import DataError
 from leakpipe.files import listed_entries
+from leakpipe.names import class_name, group_name
 
 GROUP_BY: tuple[str, ...] = ("stem", "file", "folder")  # build.group_by, folder sources only
 # <stem><sep><tag><N>: a numbered piece of recording <stem> (the extension already removed)
@@ -103,22 +110,28 @@ def read_manifest(path: Path) -> list[Recording]:
         empty = [c for c in MANIFEST_COLUMNS if not (row.get(c) or "").strip()]
         if empty:
             raise DataError(f"{path}: line {line}: column {empty[0]!r} is empty")
+        if all(row[c].strip().lower() == c for c in MANIFEST_COLUMNS):
+            raise DataError(f"{path}: line {line} repeats the header row "
+                            f"({','.join(MANIFEST_COLUMNS)}): two manifests pasted together? "
+                            "Delete that line")
         rel = row["path"].strip()
-        recordings.append(Recording(root / rel, rel, row["class"].strip(), row["group"].strip()))
+        recordings.append(Recording(root / rel, rel, class_name(row["class"]),
+                                    group_name(row["group"])))
     _check_unique(path, recordings)
     return recordings
 
 
 def scan_class_folders(root: Path, group_by: str = "stem") -> list[Recording]:
     """Every entry with an audio suffix below a class folder: one that is not a file (a
-    folder, a symlink loop) is listed too, so that build reports it as unusable with its
-    reason rather than leaving it out without a word."""
+    folder, a symlink loop) or not in a format leakpipe reads (``.mp3`` ...) is listed too,
+    so that build reports it as unusable with its reason rather than leaving it out without a
+    word (as predict gives it an ``unusable`` row)."""
     recordings = []
     for folder in sorted(p for p in root.iterdir() if p.is_dir()):
-        for file in listed_entries(folder, AUDIO_SUFFIXES):
+        for file in listed_entries(folder, (*AUDIO_SUFFIXES, *UNREAD_AUDIO_SUFFIXES)):
             rel = file.relative_to(root).as_posix()
-            group = folder_group(rel, group_by)
-            recordings.append(Recording(file, rel, folder.name, group))
+            group = group_name(folder_group(rel, group_by))
+            recordings.append(Recording(file, rel, class_name(folder.name), group))
     if not recordings:
         raise DataError(f"{root}: no {MANIFEST_NAME} and no <CLASS>/*.wav recordings found")
     return recordings
