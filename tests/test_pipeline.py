@@ -9,13 +9,14 @@ of `leakpipe study grid` run on another copy (tests/test_pipeline_grid.py).
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
-from tests.helpers_pipeline import BIN, copy_of_reproduced, git, run, run_any
+from tests.helpers_pipeline import BIN, copy_of_reproduced, git, run, run_any, shrink
 from tests.test_dvc_deps import STAGES, required_files
 
 pytestmark = pytest.mark.slow
@@ -90,6 +91,35 @@ def test_a_remote_round_trip_of_this_projects_pipeline(reproduced: tuple[Path, s
              if line and not line.startswith((" ", "\t"))}
     assert stale == {"index"} and "always changed" in status, status
     assert not [line for line in status.splitlines() if line.startswith("\t\t")], status
+
+
+def test_a_users_recordings_added_to_dvc_travel_through_the_remote(
+        tmp_path_factory: pytest.TempPathFactory, tmp_path: Path) -> None:
+    """README "Your own recordings": recordings added with `dvc add` inside the repository as
+    `build.source`, pushed with the rest: a fresh clone pulls them (byte for byte) and its
+    `dvc repro build` runs nothing but the always-changed `index` (which re-hashes them and
+    finds them unchanged). A copy of its own: the source changes here."""
+    project, _ = copy_of_reproduced(tmp_path_factory, "own-recordings")
+    dvc = str(BIN / "dvc")
+    shutil.copytree(project / "data" / "raw", project / "recordings")   # "the user's own"
+    run([dvc, "add", "recordings"], project)
+    shrink(project / "params.yaml", {"build": {"source": "recordings"}})
+    out = run([dvc, "repro", "build"], project)
+    assert "Running stage 'build'" in out
+    assert json.loads((project / "reports" / "build.json").read_text())["n_unusable"] == 0
+    remote = tmp_path / "remote"
+    run([dvc, "remote", "add", "-d", "shared", str(remote)], project)
+    git(project, "add", "-A")
+    git(project, "commit", "-qm", "own recordings")
+    assert "recordings/" not in git(project, "ls-files")         # in DVC, not in git
+    run([dvc, "push"], project)
+    clone = tmp_path / "clone"
+    git(tmp_path, "clone", "-q", str(project), str(clone))
+    run([dvc, "pull"], clone)
+    wavs = sorted(p.relative_to(project) for p in (project / "recordings").rglob("*.wav"))
+    assert wavs and all((clone / w).read_bytes() == (project / w).read_bytes() for w in wavs)
+    again = run([dvc, "repro", "build"], clone)
+    assert "Running stage" not in again.replace("Running stage 'index'", ""), again
 
 
 def test_bytecode_caches_do_not_make_stages_stale(reproduced: tuple[Path, str]) -> None:
