@@ -21,6 +21,7 @@ import torch
 from leakpipe.audio.opening import UnreadFormat, open_audio, unread_format
 from leakpipe.build import build, select_classes
 from leakpipe.cli import main
+from leakpipe.config import load_section
 from leakpipe.constants import BINARY_CLASSES, EXIT_DATA
 from leakpipe.cv.folds import make_folds
 from leakpipe.data.manifest import discover
@@ -28,6 +29,9 @@ from leakpipe.data.splits import assign_splits
 from leakpipe.errors import DataError
 from leakpipe.model import create_model
 from leakpipe.names import class_name, group_name
+from leakpipe.validate.structure import SplitMeta
+from leakpipe.validate.suite import required_classes
+from tests.conftest import PARAMS
 from tests.helpers_detector import (
     SMALL_MODEL,
     one_torch_thread,
@@ -193,3 +197,9 @@ def test_resume_refuses_rows_of_another_call(tmp_path: Path, detector_path: Path
     assert len(err.strip().splitlines()) == 1 and out.read_bytes() == before
     assert _predict(a, b, "--model", detector_path, "--out", out, "--resume") == 0   # the same
     assert set(read_predictions(out)) == {"a.wav", "b.wav"}                        # call, grown
+
+
+def test_validate_reads_required_classes_in_any_case(tmp_path: Path) -> None:
+    cfg = dataclasses.replace(load_section(PARAMS, "validate"), required_classes=("normal",))
+    meta = SplitMeta("train", tmp_path / "train.h5", class_names=("LEAK", "NORMAL"))
+    assert required_classes(meta, cfg) == ["NORMAL", "LEAK"]

@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from leakpipe.config import ValidateConfig
+from leakpipe.names import class_name
 from leakpipe.validate.results import KIND_EXPECTATION, CheckResult, failed, passed
 from leakpipe.validate.structure import SplitMeta
 from leakpipe.validate.summary import SplitSummary
@@ -72,7 +73,7 @@ def ephemeral_context(gx: Any) -> Any:
 
 def required_classes(meta: SplitMeta, cfg: ValidateConfig) -> list[str]:
     """Classes the split must hold: ``required_classes`` (or all), and the leak class always."""
-    wanted = list(cfg.required_classes) or list(meta.class_names or ())
+    wanted = [class_name(c) for c in cfg.required_classes] or list(meta.class_names or ())
     if meta.leak_class not in wanted:
         wanted.append(meta.leak_class)
     return wanted
