@@ -63,11 +63,13 @@ def training_text(data_tag: str | None) -> str:
 
 
 def register_version(run: Tracker, uri: str, name: str, *, alias: str,
-                     tags: Mapping[str, str], description: str) -> str:
+                     tags: Mapping[str, str], description: str, artifact: str = "") -> str:
     """The logged detector ``uri`` as a new version of ``name`` with ``description`` and
     ``tags``, the alias ``alias`` moved to it and the run tagged with ``<name>/<version>``;
-    returns the version."""
-    version = tracking.register_detector(uri, name, tags, description)
+    returns the version. ``artifact``: the run artifact holding the whole description (a
+    card), named in a description too long for the registry."""
+    whole = f"runs:/{run.run_id}/{artifact}" if artifact else ""
+    version = tracking.register_detector(uri, name, tags, description, whole)
     tracking.set_alias(name, alias, version)
     run.set_tags({tracking.TAG_REGISTERED_VERSION: f"{name}/{version}"})
     log.info("detector registered as %s version %s (alias %s)", name, version, alias)

@@ -97,7 +97,8 @@ def publish_shipped(run: tracking.Tracker, shipped: Shipped, card_path: Path | N
                  if shipped.evaluate_run else None)
     return register_version(run, uri, name, alias=tracking.ALIAS_CANDIDATE,
                             tags=version_tags(shipped, str(run.run_id)),
-                            description=registry_description(card, train_run))
+                            description=registry_description(card, train_run),
+                            artifact=f"{STAGE}/{card_path.name}" if card_path else "")
 
 
 def _linked(run: tracking.Tracker, shipped: Shipped) -> Shipped:

@@ -169,14 +169,38 @@ def _ensure_registered_model(client: Any, name: str) -> None:
         client.update_registered_model(name, description=MODEL_DESCRIPTION)
 
 
+def fitted_description(text: str, whole: str = "") -> str:
+    """``text`` as a registered version's description: itself when it fits MLflow's
+    ``DESCRIPTION_CHARS``; else a first paragraph saying where the whole text is (``whole``,
+    e.g. the run artifact of the card), then as many whole lines of ``text`` as fit, then how
+    many characters are left out. Never cut mid-line, never silently."""
+    if len(text) <= DESCRIPTION_CHARS:
+        return text
+    where = f" The whole card: `{whole}`." if whole else ""
+    head = (f"_This card is {len(text):,} characters, over the registry's "
+            f"{DESCRIPTION_CHARS:,}: below, its beginning.{where}_\n\n")
+    lines, size = [], len(head)
+    tail_room = 120                                    # the closing line
+    for line in text.splitlines(keepends=True):
+        if size + len(line) > DESCRIPTION_CHARS - tail_room:
+            break
+        lines.append(line)
+        size += len(line)
+    left = len(text) - sum(map(len, lines))
+    tail = f"\n_... {left:,} more characters in the whole card{f' (`{whole}`)' if whole else ''}._"
+    return (head + "".join(lines) + tail)[:DESCRIPTION_CHARS]
+
+
 def register_detector(uri: str, name: str, tags: Mapping[str, str] | None = None,
-                      description: str = "") -> str:
+                      description: str = "", whole: str = "") -> str:
     """Register the logged detector ``uri`` (from ``log_detector``) as a new version of the
     registered model ``name`` (created when absent); returns the version number.
 
     The version carries ``tags`` plus the git commit, DVC experiment and unvalidated tags of
     the run that logged the model, so a version says where it came from without its run, and
-    ``description`` (what it was trained on, its figures; cut to MLflow's 5000 characters).
+    ``description`` (what it was trained on, its figures), whole when it fits MLflow's 5000
+    characters, else its beginning with where the whole one is (``whole``:
+    ``fitted_description``).
     """
     from mlflow.exceptions import MlflowException
 
@@ -189,8 +213,9 @@ def register_detector(uri: str, name: str, tags: Mapping[str, str] | None = None
         _ensure_registered_model(client, name)
         version = client.create_model_version(name, source=uri, run_id=run_id,
                                               tags={**version_tags, **(tags or {})},
-                                              description=description[:DESCRIPTION_CHARS]
-                                              or None, model_id=model_id)
+                                              description=fitted_description(
+                                                  description, whole) or None,
+                                              model_id=model_id)
     except MlflowException as exc:
         raise RegistryError(f"{name}: cannot register {uri} in the MLflow model registry "
                             f"({exc.message})") from None
