@@ -28,7 +28,9 @@ def dask_setup(worker: Any) -> None:  # noqa: ARG001  (distributed's preload ent
         if "poison" in name:
             os._exit(3)
         if "slow" in name:
-            Path(path).with_name(f"{name}.pid").write_text(str(os.getpid()))
+            tmp = Path(path).with_name(f".{name}.pid.tmp")
+            tmp.write_text(str(os.getpid()))
+            tmp.replace(Path(path).with_name(f"{name}.pid"))   # whole: the test reads it at once
             time.sleep(SLOW_S)
         return original(job, index, path)
 
