@@ -23,6 +23,8 @@ distance to its neighbours.
 
 from __future__ import annotations
 
+import textwrap
+
 import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
@@ -31,6 +33,10 @@ from leakpipe.decision.domain import SHIFTED
 from leakpipe.explain.recording import Explanation
 
 FIGURE_SIZE = (12.0, 10.0)
+TITLE_POINTS = 11
+# a character's mean advance in DejaVu Sans (matplotlib's default) is about 0.55 em; 0.62
+# leaves room for runs of wide capitals (UNCERTAIN, LEAK)
+TITLE_CHAR_EM = 0.62
 TOP_GROUPS = 3              # groups named in the summary and labelled on the bars
 
 
@@ -53,7 +59,9 @@ def explanation_figure(ex: Explanation) -> Figure:
 
     level_edges = np.append(ex.level.starts_s, ex.level.starts_s[-1:] + ex.level.window_s)
     level_ax.stairs(ex.level.dbfs, level_edges, color="0.3", linewidth=0.8, baseline=None)
-    level_ax.set(ylabel="level (dBFS)", title=title(ex.path.name, ex.shown))
+    level_ax.set(ylabel="level (dBFS)")
+    fig.suptitle(title(ex.path.name, ex.shown, FIGURE_SIZE[0], TITLE_POINTS),
+                 fontsize=TITLE_POINTS)
 
     n_mels = ex.band_db.shape[0]
     mesh = mel_ax.pcolormesh(edges, np.arange(n_mels + 1), ex.band_db,
@@ -138,9 +146,13 @@ def call_text(call: dict) -> str:
     return text + ")"
 
 
-def title(name: str, call: dict) -> str:
-    """A figure's title: the recording's name and ``call_text``."""
-    return f"{name}: {call_text(call)}"
+def title(name: str, call: dict, width_in: float, fontsize: float) -> str:
+    """A figure's title: ``call_text`` (the verdict first), then the recording's name, wrapped
+    to lines that fit ``width_in`` inches at ``fontsize`` points, so that neither the verdict
+    nor the name runs off the image whatever a shifted recording's reason says."""
+    chars = max(20, int(width_in * 72 / (TITLE_CHAR_EM * fontsize)))
+    return "\n".join(textwrap.wrap(f"{call_text(call)}  {name}", chars,
+                                    break_long_words=True, break_on_hyphens=False))
 
 
 def _summary(ex: Explanation) -> str:

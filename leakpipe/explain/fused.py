@@ -107,9 +107,9 @@ def fused_figure(ex: FusedExplanation) -> Figure:
     top.axvline(0.0, color="black", linewidth=0.8)
     room_for_labels(top, values)
     top.set(xlabel=f"evidence: weight x the part's logit (stacker bias {ex.bias:+.2f})")
-    top.set_title(f"{title(ex.path.name, ex.call)}\nred: towards LEAK (raw stacked "
-                  f"probability {ex.raw_score:.4f}, raw threshold {ex.raw_threshold:.4f})",
-                  fontsize=9)
+    head = title(ex.path.name, ex.call, fig.get_figwidth(), 9)
+    top.set_title(f"{head}\nred: towards LEAK (raw stacked probability {ex.raw_score:.4f}, "
+                  f"raw threshold {ex.raw_threshold:.4f})", fontsize=9)
     draw_statistics(bottom, ex.statistics)
     bottom.set_title("the statistics part: contributions to its logit", fontsize=9)
     return fig

@@ -105,9 +105,10 @@ def stats_figure(ex: StatsExplanation) -> Figure:
     fig = Figure(figsize=(8.0, 0.35 * min(len(ex.contributions), SHOWN) + 1.6),
                  layout="constrained")
     draw_statistics(fig.subplots(), ex)
-    fig.axes[0].set_title(f"{title(ex.path.name, ex.call)}\nred: towards LEAK (raw model "
-                          f"probability {ex.raw_score:.4f}, raw threshold "
-                          f"{ex.raw_threshold:.4f})", fontsize=9)
+    head = title(ex.path.name, ex.call, fig.get_figwidth(), 9)
+    fig.axes[0].set_title(f"{head}\nred: towards LEAK (raw model probability "
+                          f"{ex.raw_score:.4f}, raw threshold {ex.raw_threshold:.4f})",
+                          fontsize=9)
     return fig
 
 
