@@ -19,7 +19,9 @@ import numpy as np
 import pytest
 import soundfile as sf
 import yaml
+from mlflow.tracking import MlflowClient
 
+from leakpipe import tracking
 from leakpipe.cli import main
 from leakpipe.config import load_section
 from leakpipe.constants import H5_LABELS, KNOWN_CLASSES, LEAK_CLASS
@@ -272,6 +274,16 @@ def test_cv_on_a_manifest_killed_between_folds_resumes_after_the_finished_fold(
     assert len(rows) == 1 + 24 * 2 and rows[0].startswith("fold,recording_id,clip,group,leak")
     assert (root / "out" / "plots" / "folds.png").stat().st_size > 0
     assert PARAMS.read_bytes() == before
+    # its MLflow run says what it selected and from which source, named apart from the stage's
+    client = MlflowClient(env["MLFLOW_TRACKING_URI"])
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    (parent,) = [r for r in runs if "mlflow.parentRunId" not in r.data.tags
+                 and r.data.tags.get(tracking.TAG_STAGE) == "crossval"]
+    tags = parent.data.tags
+    assert tags[tracking.TAG_SELECTED_KIND] == summary["selected"]
+    assert tags[tracking.TAG_CV_SOURCE] == str((root / "manifest.csv").resolve())
+    assert tags["mlflow.runName"] == "cv manifest.csv"
+    assert f"Selected kind: **{summary['selected']}**" in tags["mlflow.note.content"]
 
 
 def test_source_without_out_and_a_foreign_work_folder_are_refused(

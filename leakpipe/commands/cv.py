@@ -97,6 +97,7 @@ def _run(args: argparse.Namespace, layout: OutLayout | None) -> int:
     from leakpipe.cv.source import build_source
     from leakpipe.cv.stage import CvPaths, run_cv, summary_line
     from leakpipe.data.stamp import trust_splits
+    from leakpipe.tracking.names import TAG_CV_SOURCE
 
     if layout is not None:
         paths = CvPaths(splits={}, plan=None, metrics=layout.metrics,
@@ -109,7 +110,7 @@ def _run(args: argparse.Namespace, layout: OutLayout | None) -> int:
     if args.source is not None:
         splits = build_source(args.params, args.source, layout, group_by=args.group_by,
                               progress=not args.no_progress, cluster=cluster)
-        tags = {}
+        tags = {TAG_CV_SOURCE: str(Path(args.source).resolve())}   # its runs, named apart
     else:
         splits = _splits(args.data_dir)
         tags = trust_splits(validated_stamp(args), splits).tags

@@ -251,6 +251,12 @@ def _log_runs(paths: CvPaths, summary: Mapping[str, Any], results: Sequence[Mapp
     with tracking.start_run(STAGE, tags={**tags, **{f"leakpipe.sha256.{k}": v
                                                     for k, v in sha.items()}},
                             started_at=started) as parent:
+        selected = {tracking.TAG_SELECTED_KIND: str(summary["selected"])}
+        if source := tags.get(tracking.TAG_CV_SOURCE):      # `leakpipe cv --source`
+            selected["mlflow.runName"] = f"cv {Path(source).name}"
+        parent.set_tags(selected)
+        parent.add_note(f"Selected kind: **{summary['selected']}**. "
+                        + summary_line(summary, paths.metrics))
         parent.log_params({"cv": dataclasses.asdict(settings.cv)})
         parent.log_metrics(_finite(pooled))
         for path in (paths.metrics, paths.predictions, paths.plots_dir / PLOT_FIGURE):

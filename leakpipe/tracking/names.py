@@ -53,6 +53,8 @@ TAG_TEST_RECORDING_F1 = "leakpipe.test_recording_f1"  # on a version: ship's tes
 TAG_TEST_SHA256 = "leakpipe.test_sha256"         # on a version: the test split it was scored on
 TAG_PROMOTE_RUN = "leakpipe.promote_run_id"      # on a version: the promote run that crowned it
 TAG_REGISTERED_VERSION = "leakpipe.registered_version"  # on a ship / adapt run: "<name>/<version>"
+TAG_SELECTED_KIND = "leakpipe.selected_kind"     # on a crossval / cv run: the kind it selected
+TAG_CV_SOURCE = "leakpipe.cv_source"             # on a `leakpipe cv --source` run: that source
 VERSION_SOURCE_TAGS = (TAG_GIT_COMMIT, "dvc.exp_name", "dvc.baseline_rev", TAG_UNVALIDATED)
 
 
