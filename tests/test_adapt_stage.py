@@ -293,6 +293,7 @@ def _check_outputs(root: Path, store: str) -> None:
     adapted = client.get_model_version_by_alias(NAME, tracking.ALIAS_ADAPTED)
     assert adapted.tags[tracking.TAG_ADAPTED] == "true"
     assert adapted.tags[tracking.TAG_ADAPT_RUN] == parent[0].info.run_id
+    assert adapted.tags[tracking.TAG_DETECTOR_KIND] == "cnn"      # as its description says
     assert adapted.tags[tracking.TAG_SEED_SHA256] == file_sha256(root / "detector.pt")
     assert parent[0].data.tags[tracking.TAG_REGISTERED_VERSION] == f"{NAME}/{adapted.version}"
     text = adapted.description

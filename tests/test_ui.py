@@ -12,6 +12,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -54,12 +55,15 @@ def _wait_for(url: str, body: dict, server: subprocess.Popen) -> dict:
     pytest.fail(f"the UI server did not answer within {STARTUP_S:.0f} s")
 
 
-def _start_ui(root: Path, uri: str, port: int) -> subprocess.Popen:
-    """`leakpipe ui` on ``uri`` in a session of its own (so a test can end what it started)."""
-    env = {**os.environ, "MLFLOW_TRACKING_URI": uri, "DVC_ROOT": str(root)}
+def _start_ui(root: Path, uri: str, port: int, output: Any = subprocess.DEVNULL
+              ) -> subprocess.Popen:
+    """`leakpipe ui` on ``uri`` in a session of its own (so a test can end what it started);
+    its stdout and stderr, in the order written, to ``output``."""
+    env = {**os.environ, "MLFLOW_TRACKING_URI": uri, "DVC_ROOT": str(root),
+           "PYTHONUNBUFFERED": "1"}
     return subprocess.Popen([sys.executable, "-m", "leakpipe.cli", "ui", "--port", str(port)],
                             cwd=root, env=env, start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            stdout=output, stderr=subprocess.STDOUT)
 
 
 def _stop(server: subprocess.Popen) -> None:
@@ -134,7 +138,9 @@ def test_ui_lists_the_runs_of_a_pipeline_and_stops_on_sigterm(
             run.log_metrics({f"{stage}/seconds": 1.0})
         run_ids[stage] = run.run_id
     port = _free_port()
-    server = _start_ui(tmp_path, uri, port)
+    said = tmp_path / "ui.out"
+    with said.open("w") as output:
+        server = _start_ui(tmp_path, uri, port, output)
     try:
         base = f"http://{HOST}:{port}/api/2.0/mlflow"
         found = _wait_for(f"{base}/experiments/search", {"max_results": 10}, server)
@@ -152,6 +158,9 @@ def test_ui_lists_the_runs_of_a_pipeline_and_stops_on_sigterm(
     finally:
         _stop(server)
     assert bound and bound <= {"127.0.0.1"}, bound     # started without --host: loopback only
+    # the first address it names is the runs page (the bare one opens MLflow's GenAI page)
+    first = next(line for line in said.read_text().splitlines() if "http://" in line)
+    assert first.startswith("ui: the pipeline's runs: ") and "/experiments/" in first, first
     listed = {r["info"]["run_id"]: r for r in runs["runs"]}
     assert set(listed) == set(run_ids.values())
     tags = {t["key"]: t["value"] for t in listed[run_ids["evaluate"]]["data"]["tags"]}

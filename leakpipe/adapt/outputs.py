@@ -27,7 +27,7 @@ from leakpipe.adapt.report import (
     rounds_figure,
 )
 from leakpipe.adapt.state import AdaptState
-from leakpipe.detector import load_detector, save_detector, save_network
+from leakpipe.detector import CNN_KIND, load_detector, save_detector, save_network
 from leakpipe.evaluate.registration import network_text, register_version
 from leakpipe.files import file_sha256, write_csv_atomic, write_json_atomic
 
@@ -92,4 +92,5 @@ def _register_adapted(inputs: AdaptInputs, state: AdaptState, parent: tracking.T
                                       pool=len(inputs.pool))
     register_version(parent, uri, name, alias=tracking.ALIAS_ADAPTED, tags={
         tracking.TAG_ADAPTED: "true", tracking.TAG_ADAPT_RUN: parent.run_id,
+        tracking.TAG_DETECTOR_KIND: CNN_KIND,       # adapt refits a CNN detector (its seed's)
         tracking.TAG_SEED_SHA256: seed_sha}, description=description)

@@ -48,8 +48,10 @@ def run_ui(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> int:
     if store is not None:
         follow_move(store)      # a moved or copied project shows its own folder's files
     command = server_command(uri, host, port)
-    log.info("MLflow UI for %s on http://%s:%d (Ctrl-C stops it)", redacted(uri), host, port)
+    # the runs page first: the server's bare address opens MLflow's GenAI start page
     print(f"ui: the pipeline's runs: {runs_page(uri, host, port)}", flush=True)
+    log.info("MLflow UI for %s served at http://%s:%d (Ctrl-C stops it)", redacted(uri), host,
+             port)
     return serve(command, ui_environment(os.environ))
 
 
