@@ -203,7 +203,10 @@ def test_promote_refuses_a_worse_candidate_and_crowns_a_better_or_equal_one(
     assert _register_candidate(good) == "2"              # better: promoted
     capsys.readouterr()
     assert _promote("-v") == 0
-    out = capsys.readouterr().out
+    said = capsys.readouterr()
+    out = said.out
+    shown = round(load_detector(good).prob_threshold, 4)    # the scale predict shows
+    assert f"a cnn detector, leak_prob threshold {shown:.4f} (raw 0.5)" in said.err
     assert out.startswith(f"promote: {NAME} v2 is now champion (was v1)"), out
     assert f"----- candidate: {NAME} v2 -----" in out and f"----- champion: {NAME} v1 -----" in out
     assert "lower end >= -margin" in out

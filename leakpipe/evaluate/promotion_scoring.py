@@ -39,6 +39,7 @@ from leakpipe import tracking
 from leakpipe.allocator import retain_freed_memory
 from leakpipe.config import EvaluateConfig, RecordingStatsConfig, RuntimeConfig, from_mapping
 from leakpipe.data.reader import open_split
+from leakpipe.decision.verdict import DECIMALS
 from leakpipe.detector import CNN_KIND, Detector
 from leakpipe.errors import DataError
 from leakpipe.evaluate.bootstrap import f1_from_counts, weighted_counts
@@ -191,8 +192,9 @@ def score_version(version: DetectorVersion, alias: str, path: Path,
     """``decide_split`` for a registered version; its errors name the version."""
     try:
         detector = load_any_detector(tracking.download_model(version.uri))
-        log.info("%s (%s): a %s detector at threshold %g", version.label, alias,
-                 detector.kind, detector.threshold)
+        log.info("%s (%s): a %s detector, leak_prob threshold %.*f (raw %g), the scale "
+                 "predict shows", version.label, alias, detector.kind, DECIMALS,
+                 detector.prob_threshold, detector.threshold)
         return decide_split(detector, path, setup, f"promote {alias}")
     except DataError as exc:
         raise DataError(f"{version.label} ({alias}): {exc}") from None
