@@ -51,6 +51,16 @@ def test_repro_builds_every_output(reproduced: tuple[Path, str]) -> None:
     cv = json.loads((project / "metrics" / "cv.json").read_text())
     ship = json.loads((project / "metrics" / "ship.json").read_text())
     assert ship["kind"] == cv["selected"] and ship["method"] == "auto"   # what cv picked
+    # the shipped detector's own errors, a record per test recording, whatever its kind
+    confusion = json.loads((project / "plots" / "ship" / "confusion.json").read_text())
+    assert confusion and {(r["actual"], r["predicted"]) for r in confusion} <= {
+        (a, p) for a in ("LEAK", "NOLEAK") for p in ("LEAK", "NOLEAK")}
+    client = MlflowClient(f"sqlite:///{project / 'mlruns' / 'mlflow.db'}")
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()],
+                              filter_string="tags.`leakpipe.stage` = 'ship'")
+    assert runs, "no ship run"
+    logged = {a.path for a in client.list_artifacts(runs[0].info.run_id, "ship")}
+    assert "ship/confusion_test.png" in logged, logged
 
 
 def test_second_repro_does_nothing(reproduced: tuple[Path, str]) -> None:

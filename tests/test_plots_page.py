@@ -88,6 +88,11 @@ def test_the_page_holds_every_plot_of_this_project_and_fetches_nothing(tmp_path:
     if not history.is_file():     # a DVC-cached output: absent from a fresh clone until dvc pull
         history.write_text("epoch,train/loss,val/loss,train/lr,val/file_f1\n"
                            "0,1.2,1.3,0.002,0.6\n1,0.9,1.1,0.001,0.7\n")
+    shipped = project / "plots" / "ship" / "confusion.json"
+    if not shipped.is_file():     # ship's output, in git from the next committed `dvc repro` on
+        shipped.parent.mkdir(parents=True, exist_ok=True)
+        shipped.write_text('[{"actual": "LEAK", "predicted": "LEAK"}, '
+                           '{"actual": "NOLEAK", "predicted": "LEAK"}]')
     _dvc_project(project)
     shutil.copytree(REPO / ".dvc" / "plots", project / ".dvc" / "plots")   # custom templates
     shutil.copy(REPO / "pyproject.toml", project / "pyproject.toml")

@@ -46,6 +46,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the shipped detector's model card (its registered description)")
     parser.add_argument("--cnn-card", type=Path, default=Path("reports/model_card.md"),
                         help="evaluate's model card: the cnn kind's card")
+    parser.add_argument("--plots-dir", type=Path, default=Path("plots/ship"),
+                        help="the shipped detector's test figures per recording (DVC plots)")
     add_validated_arguments(parser)
 
 
@@ -56,5 +58,6 @@ def run(args: argparse.Namespace) -> int:
                       cnn_predictions=args.cnn_predictions, data_dir=args.data_dir,
                       validated=validated_stamp(args), shipped=args.shipped,
                       metrics=args.metrics, predictions=args.predictions,
-                      model_card=args.model_card, cnn_card=args.cnn_card)
+                      model_card=args.model_card, cnn_card=args.cnn_card,
+                      plots_dir=args.plots_dir)
     return run_ship(paths, args.params)

@@ -40,6 +40,13 @@ from leakpipe.detector import load_detector
 from leakpipe.errors import DataError
 from leakpipe.files import temporary_sibling, write_csv_atomic, write_json_atomic
 from leakpipe.metric_names import json_safe, nest
+from leakpipe.ship.figures import (
+    MEAN_CLIP_SCORE,
+    ShippedCalls,
+    calls_from_rows,
+    plot_records,
+    shipped_figures,
+)
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +69,7 @@ class ShipPaths:
     predictions: Path          # reports/shipped_predictions.csv (a row per val / test recording)
     model_card: Path | None = None   # reports/shipped_model_card.md (None: not written)
     cnn_card: Path | None = None     # evaluate's reports/model_card.md (the cnn kind's card)
+    plots_dir: Path | None = None    # plots/ship: the shipped detector's test figures (None: not)
 
 
 def chosen_kind(method: str, cv_path: Path) -> tuple[str, dict[str, Any]]:
@@ -104,11 +112,15 @@ def run_ship(paths: ShipPaths, params: Path) -> int:
             metrics: dict[str, Any] = cnn_recording_figures(
                 paths.cnn_predictions, threshold, load_section(params, "evaluate"))
             rows: list[dict[str, Any]] = []
+            calls = cnn_test_calls(paths.cnn_predictions, threshold)
         else:
             trust = trust_splits(paths.validated, splits)
             run.set_tags(trust.tags)
             ship_kind = _ship_stats if kind == STATS else _ship_fused
             metrics, rows = ship_kind(paths, params, splits)
+            calls = calls_from_rows(rows)
+        if paths.plots_dir is not None:
+            _write_figures(run, paths.plots_dir, kind, calls)
         report = {"kind": kind, "method": cfg.method, **selection, **nest(json_safe(metrics))}
         write_json_atomic(paths.metrics, report)
         # a cnn detector's predictions are evaluate's (reports/predictions.csv): a header only
@@ -165,15 +177,53 @@ def _ship_fused(paths: ShipPaths, params: Path,
     return evaluation.metrics, evaluation.rows
 
 
+def _write_figures(run: tracking.Tracker, folder: Path, kind: str,
+                   calls: ShippedCalls | None) -> None:
+    """``plots/ship/<name>.json`` and the figures on the run (``leakpipe.ship.figures``); the
+    folder is rewritten whole, so no file of another kind's run stays behind."""
+    if folder.exists():
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True)
+    if calls is None:
+        log.info("no test recordings with a call: no figures of the shipped detector")
+        return
+    for name, records in plot_records(calls).items():
+        write_json_atomic(folder / f"{name}.json", records)
+    for name, figure in shipped_figures(kind, calls).items():
+        run.log_figure(figure, f"{STAGE}/{name}.png")
+
+
+def cnn_test_calls(predictions: Path, threshold: float) -> ShippedCalls | None:
+    """The CNN kind's call per test recording (``cnn_recording_figures``'s scores)."""
+    found = _cnn_test_recordings(predictions)
+    if found is None:
+        return None
+    _, truth, scores = found
+    return ShippedCalls(truth=truth, score=scores, decision=decide(scores, threshold)[0],
+                     threshold=threshold, scale=MEAN_CLIP_SCORE)
+
+
 def cnn_recording_figures(predictions: Path, threshold: float,
                           ev: EvaluateConfig) -> dict[str, float]:
     """The CNN detector's test figures per recording, from evaluate's clip predictions: a
     recording's score is the mean of its clips' rule scores, decided at evaluate's threshold
     (the clip operating point: evaluate keeps no val predictions to choose a recording one);
     site-bootstrap intervals as logger_stats'. {} without the file."""
+    found = _cnn_test_recordings(predictions)
+    if found is None:
+        return {}
+    groups, truth, scores = found
+    return recording_figures("test", truth, decide(scores, threshold)[0], scores, groups,
+                             intervals=ev, counts=True)
+
+
+def _cnn_test_recordings(predictions: Path
+                         ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """(groups, truth, mean clip score) of every test recording in evaluate's predictions;
+    None without the file or a test row."""
     if not predictions.is_file():
         log.info("%s not found: no recording figures for the cnn kind", predictions)
-        return {}
+        return None
     per: dict[str, list[Any]] = {}
     try:
         with predictions.open(newline="") as handle:
@@ -185,12 +235,11 @@ def cnn_recording_figures(predictions: Path, threshold: float,
     except (KeyError, ValueError) as exc:
         raise DataError(f"{predictions}: not evaluate's predictions table ({exc})") from None
     if not per:
-        return {}
+        return None
     groups = np.asarray([v[0] for v in per.values()])
     truth = np.asarray([v[1] for v in per.values()], dtype=bool)
     scores = np.asarray([float(np.mean(v[2])) for v in per.values()])
-    return recording_figures("test", truth, decide(scores, threshold)[0], scores, groups,
-                             intervals=ev, counts=True)
+    return groups, truth, scores
 
 
 def _copy(source: Path, target: Path) -> None:
