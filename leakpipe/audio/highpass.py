@@ -20,8 +20,9 @@ The filter runs at the recording's own rate, before the resampling to the featur
 are linear, and the cut-off lies far below either Nyquist frequency, so the order does not
 change the features, while filtering after the resampling would mean resampling the whole of
 a long recording rather than only its clips. ``HighPass`` carries the filter's state (and the
-level) from one decoded block to the next, so a recording filtered block by block is
-bit-identical to the same recording filtered whole (``highpass``), whatever the block size.
+level) from one decoded block to the next, so a recording filtered block by block equals the
+same recording filtered whole (``highpass``), whatever the block size, to float rounding (the
+same recursion, sample by sample; tests/test_highpass.py bounds it).
 """
 
 from __future__ import annotations
