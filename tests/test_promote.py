@@ -225,6 +225,7 @@ def test_promote_refuses_a_worse_candidate_and_crowns_a_better_or_equal_one(
     assert (_alias(tracking.ALIAS_CHAMPION), _alias(tracking.ALIAS_CANDIDATE)) == ("2", "3")
     refused = _promote_runs()[0]
     assert refused.data.tags["promote/decision"] == "refused"
+    assert line in refused.data.tags["mlflow.note.content"]      # the decision on its page
     assert refused.data.metrics["promote/recording_f1_diff_ci_high"] < 0
     assert refused.data.metrics["promote/promoted"] == 0.0
 

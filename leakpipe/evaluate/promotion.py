@@ -191,6 +191,7 @@ def run_promote(paths: PromotePaths, params: Path, *, dry_run: bool = False,
         with tracking.start_run(STAGE, tags=trust.tags, started_at=started) as run:
             trust.log_datasets(run, {TEST: paths.test})
             _log(run, candidate, champion, comparison, decision, cfg, rule)
+            run.add_note(decision_line(candidate, champion, decision, dry_run))  # on its page
             if decision.promote:
                 _crown(candidate, champion, run.run_id)
     return answer(decision_line(candidate, champion, decision, dry_run),
