@@ -26,6 +26,7 @@ from leakpipe.cli import main
 from leakpipe.config import load_section
 from leakpipe.constants import H5_LABELS, KNOWN_CLASSES, LEAK_CLASS
 from leakpipe.cv.data import pool_recordings, write_fold
+from leakpipe.cv.figure import folds_figure
 from leakpipe.cv.folds import ROLES, make_folds
 from leakpipe.cv.methods import Settings, run_fold_methods
 from leakpipe.cv.report import OutOfFold, summarise
@@ -114,6 +115,10 @@ def test_pooled_figures_and_the_site_bootstrap() -> None:
     assert paired["mean"] == 1.0 == paired["ci_low"]
     assert out["sites"] == 6 and out["recordings"] == 8 and out["folds"] == 2
     assert out["selected"] == "cnn"                 # the only detector kind among the methods
+    figure = folds_figure(out, [])                  # the winner marked where people look
+    ticks = [t.get_text() for t in figure.axes[0].get_xticklabels()]
+    assert ticks == ["cnn\n(selected)", "level_logreg"]
+    assert "selected: cnn" in figure.axes[0].get_title()
 
 
 def test_the_paired_rival_is_a_baseline_never_the_cnns_own_stack_or_the_nested_picks() -> None:

@@ -22,6 +22,7 @@ def folds_figure(summary: Mapping[str, Any],
     fig = Figure(figsize=FIGURE_SIZE, layout="constrained")
     left, right = fig.subplots(1, 2)
     methods = list(summary["methods"])
+    selected = summary.get("selected")
     for i, m in enumerate(methods):
         auc = summary["methods"][m]["recording_roc_auc"]
         folds = [v for v in auc["folds"] if v is not None and math.isfinite(v)]
@@ -30,12 +31,17 @@ def folds_figure(summary: Mapping[str, Any],
         if math.isfinite(low) and math.isfinite(high):
             left.errorbar([i + 0.15], [auc["mean"]], yerr=[[auc["mean"] - low],
                                                            [high - auc["mean"]]],
-                          fmt="o", color="C0", capsize=4, zorder=3)
+                          fmt="o", color="C3" if m == selected else "C0", capsize=4, zorder=3)
     left.axhline(0.5, color="red", linewidth=0.8, linestyle="--")
-    left.set_xticks(range(len(methods)), methods, rotation=20)
+    labels = [f"{m}\n(selected)" if m == selected else m for m in methods]
+    left.set_xticks(range(len(methods)), labels, rotation=20)
+    for tick, m in zip(left.get_xticklabels(), methods, strict=True):
+        if m == selected:
+            tick.set_fontweight("bold")
     left.set(ylabel="ROC-AUC (recordings)", ylim=(0.0, 1.02),
-             title=f"{summary['folds']}-fold grouped CV, {summary['sites']} sites\n"
-                   "grey: each fold; blue: pooled, 95 % site-bootstrap interval")
+             title=f"{summary['folds']}-fold grouped CV, {summary['sites']} sites; selected: "
+                   f"{selected}\ngrey: each fold; pooled with its 95 % site-bootstrap interval "
+                   "(red: the selected kind)")
     for f, history in enumerate(histories):
         epochs = [int(h["epoch"]) + 1 for h in history]
         right.plot(epochs, [h.get("val/file_f1", math.nan) for h in history], marker="o",
