@@ -37,11 +37,17 @@ PAGE_NAME = "index.html"        # the name `dvc plots show` gives its page, in t
 
 @dataclass(frozen=True)
 class Figure:
-    """One rendered plot: its dvc.yaml id (a title or a file path) and the image bytes."""
+    """One rendered plot: its dvc.yaml id (a title or a file path), the image bytes and its
+    heading (the declared title; the id when there is none)."""
 
     name: str
     mime: str
     data: bytes
+    title: str = ""
+
+    @property
+    def heading(self) -> str:
+        return self.title or self.name
 
 
 def dvc_plots_json(repo: Path, scratch: Path, targets: Sequence[str] = ()) -> dict[str, Any]:
@@ -109,12 +115,22 @@ def render_entry(name: str, entry: dict[str, Any]) -> Figure:
             lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
             reason = " ".join(lines[:2]) or type(exc).__name__
             raise LeakpipeError(f"plot {name!r}: {reason}") from exc
-        return Figure(name, "image/svg+xml", svg.encode("utf-8"))
+        return Figure(name, "image/svg+xml", svg.encode("utf-8"), _spec_title(spec))
     if kind == "image":
         path = Path(entry["url"])
         mime = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
         return Figure(name, mime, path.read_bytes())
     raise LeakpipeError(f"plot {name!r}: unknown plot type {kind!r} in dvc plots show --json")
+
+
+def _spec_title(spec: dict[str, Any]) -> str:
+    """The title dvc.yaml gave a plot (DVC puts it in the Vega-Lite spec), or ""."""
+    title = spec.get("title")
+    if isinstance(title, dict):
+        title = title.get("text")
+    if isinstance(title, list):
+        title = " ".join(map(str, title))
+    return str(title or "")
 
 
 def render_page(figures: Sequence[Figure], title: str) -> str:
@@ -127,9 +143,11 @@ def render_page(figures: Sequence[Figure], title: str) -> str:
              "</head>", "<body>", f"<h1>{html.escape(title)}</h1>"]
     for figure in figures:
         uri = f"data:{figure.mime};base64,{base64.b64encode(figure.data).decode('ascii')}"
-        label = html.escape(figure.name)
+        label = html.escape(figure.heading)
+        source = (f"<figcaption>{html.escape(figure.name)}</figcaption>"
+                  if figure.heading != figure.name else "")    # the file it draws
         parts += ["<figure>", f"<h2>{label}</h2>", f'<img alt="{label}" src="{uri}">',
-                  "</figure>"]
+                  *([source] if source else []), "</figure>"]
     parts += ["</body>", "</html>", ""]
     return "\n".join(parts)
 

@@ -53,13 +53,16 @@ class _Page(HTMLParser):
 
 
 def _declared_plots(dvc_yaml: Path) -> list[str]:
-    """The plot ids of dvc.yaml as DVC names them: a top-level plot by its title (or file), a
-    stage's plot by its file."""
+    """The plots of dvc.yaml by the heading a person reads: a top-level plot by its id (its
+    title, or its file), a stage's plot by its declared ``title`` (its file without one)."""
     spec = yaml.safe_load(dvc_yaml.read_text())
-    entries = list(spec.get("plots") or [])
+    names = [entry if isinstance(entry, str) else next(iter(entry))
+             for entry in spec.get("plots") or []]
     for stage in spec["stages"].values():
-        entries += stage.get("plots") or []
-    return [entry if isinstance(entry, str) else next(iter(entry)) for entry in entries]
+        for entry in stage.get("plots") or []:
+            path, props = (entry, {}) if isinstance(entry, str) else next(iter(entry.items()))
+            names.append((props or {}).get("title", path))
+    return names
 
 
 def _dvc_project(root: Path) -> Path:
@@ -78,7 +81,8 @@ def _parse(page: Path) -> _Page:
     return parsed
 
 
-def test_the_page_holds_every_plot_of_this_project_and_fetches_nothing(tmp_path: Path) -> None:
+def _project(tmp_path: Path) -> Path:
+    """This repository's plots (dvc.yaml, templates, committed plot files) in a DVC project."""
     project = tmp_path / "project"
     project.mkdir()
     for name in ("dvc.yaml", "params.yaml"):      # params: dvc.yaml interpolates ${...}
@@ -96,6 +100,27 @@ def test_the_page_holds_every_plot_of_this_project_and_fetches_nothing(tmp_path:
     _dvc_project(project)
     shutil.copytree(REPO / ".dvc" / "plots", project / ".dvc" / "plots")   # custom templates
     shutil.copy(REPO / "pyproject.toml", project / "pyproject.toml")
+    return project
+
+
+def test_curves_have_a_colour_per_series_and_named_axes(tmp_path: Path) -> None:
+    """A chart of two series in one colour told apart by dash, under an axis named `y`, was
+    what the integer_x template drew: now a colour and a legend entry per series (revisions by
+    dash), and the axis named in dvc.yaml."""
+    from leakpipe.plots_page import dvc_plots_json
+
+    shown = dvc_plots_json(_project(tmp_path), tmp_path / "scratch")
+    for name, label in (("Train, loss per epoch", "loss"),
+                        ("Train, learning rate per epoch", "learning rate")):
+        spec = shown["data"][name][0]["content"]
+        assert spec["encoding"]["color"]["field"] == "series", name
+        assert spec["encoding"]["y"]["title"] == label, name
+        series = {row.get("field", label) for row in spec["data"]["values"]}
+        assert len(series) == (2 if label == "loss" else 1)
+
+
+def test_the_page_holds_every_plot_of_this_project_and_fetches_nothing(tmp_path: Path) -> None:
+    project = _project(tmp_path)
     out = tmp_path / "page"
 
     assert main(["plots", "--repo", str(project), "--out", str(out)]) == 0
