@@ -117,6 +117,8 @@ def test_curves_have_a_colour_per_series_and_named_axes(tmp_path: Path) -> None:
         assert spec["encoding"]["y"]["title"] == label, name
         series = {row.get("field", label) for row in spec["data"]["values"]}
         assert len(series) == (2 if label == "loss" else 1)
+    folds = shown["data"]["plots/cv/folds.csv"][0]["content"]
+    assert folds["mark"]["type"] == "point"             # independent folds: no line joins them
 
 
 def test_the_page_holds_every_plot_of_this_project_and_fetches_nothing(tmp_path: Path) -> None:
