@@ -238,6 +238,9 @@ def test_mlflow_run_holds_params_epochs_artifacts_and_model(trained: Trained) ->
                  "vitals/step_spikes", "vitals/samples_per_s", "vitals/cpu_percent_mean"):
         assert len(client.get_metric_history(run.info.run_id, name)) == 3, name
     assert any(k.startswith("system/") for k in run.data.metrics)   # MLflow's own sampler
+    # no chart of the epoch over itself, no always-zero skipped-steps chart (no step skipped)
+    assert "epoch" not in run.data.metrics and "train/skipped_steps" not in run.data.metrics
+    assert "train/loss" in run.data.metrics
     assert run.data.tags[tracking.TAG_MODEL_SHA256] == file_sha256(trained.ws.model)
     files = _artifacts(client, run.info.run_id)
     assert {"train/confusion.json", "train/confusion.png", "profile/profile.json",

@@ -42,7 +42,13 @@ from leakpipe.train.fit_types import (
     TrainSource,
 )
 from leakpipe.train.interrupt import StopRequested
-from leakpipe.train.loop import Batch, EpochProgress, TrainEpochResult, train_one_epoch
+from leakpipe.train.loop import (
+    Batch,
+    EpochProgress,
+    TrainEpochResult,
+    charted_metrics,
+    train_one_epoch,
+)
 from leakpipe.train.losses import LossConfig, build_loss
 from leakpipe.train.optim import create_optimization, steps_per_epoch
 from leakpipe.train.resume import RESUME_FREE_KEYS, restore, resume_point
@@ -94,7 +100,7 @@ def fit(model_cfg: ModelConfig, train_cfg: TrainConfig, *, runtime: Runtime,
             _stop_mid_epoch(run, train_source, train.stopped, epoch, directory, opts)
         summary = _validate(run, runner, train, train_source, val, epoch, opts)
         if opts.dist.is_main:
-            tracker.log_metrics(summary.metrics, step=epoch)
+            tracker.log_metrics(charted_metrics(summary.metrics), step=epoch)
         _decide_and_save(run, summary, epoch, directory, save=opts.dist.is_main)
         if on_epoch is not None:
             on_epoch(epoch, dict(summary.metrics))

@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -116,12 +116,26 @@ class TrainEpochResult:
         return self.n_segments / self.seconds if self.seconds > 0 else 0.0
 
     def metrics(self) -> dict[str, float]:
+        """The epoch's training figures (the history CSV's and, through
+        ``charted_metrics``, the run's)."""
         return {"train/loss": self.loss, "train/loss_class": self.loss_class,
                 "train/loss_aux": self.loss_aux, "train/accuracy": self.accuracy,
                 "train/lr": self.lr, "train/grad_norm_mean": self.grad_norm_mean,
                 "train/grad_norm_max": self.grad_norm_max,
-                "train/skipped_steps": float(self.skipped_steps),
+                SKIPPED_STEPS: float(self.skipped_steps),
                 "vitals/train_seconds": self.seconds, "vitals/samples_per_s": self.segments_per_s}
+
+
+SKIPPED_STEPS = "train/skipped_steps"
+
+
+def charted_metrics(metrics: Mapping[str, float]) -> dict[str, float]:
+    """An epoch's figures as the MLflow run charts them: without ``epoch`` (the step already
+    is the epoch: a chart of it over itself says nothing) and with ``train/skipped_steps``
+    only where a step was skipped (non-finite loss or gradients): an always-zero chart is
+    noise, a chart that appears is an alarm. The history CSV keeps both."""
+    return {k: v for k, v in metrics.items()
+            if k != "epoch" and not (k == SKIPPED_STEPS and v == 0)}
 
 
 @dataclass

@@ -57,6 +57,7 @@ from leakpipe.train.distributed import Distributed
 from leakpipe.train.fit import FitOptions, FitResult, fit
 from leakpipe.train.inputs import TrainingData, prepare_training
 from leakpipe.train.interrupt import GracefulStop, StopRequested
+from leakpipe.train.loop import charted_metrics
 from leakpipe.train.outputs import (
     confusion_figure,
     history_csv,
@@ -214,7 +215,7 @@ def _log_earlier_epochs(tracker: Tracker, result: FitResult) -> None:
         return
     tracker.set_tags({TAG_RESUMED_FROM: str(result.resumed_from)})
     for metrics in result.history[:len(result.history) - result.epochs_run]:
-        tracker.log_metrics(metrics, step=int(metrics["epoch"]))
+        tracker.log_metrics(charted_metrics(metrics), step=int(metrics["epoch"]))
 
 
 def _follow_previous_run(tracker: Tracker, directory: Path) -> None:
