@@ -289,6 +289,11 @@ def test_cv_on_a_manifest_killed_between_folds_resumes_after_the_finished_fold(
     assert tags[tracking.TAG_CV_SOURCE] == str((root / "manifest.csv").resolve())
     assert tags["mlflow.runName"] == "cv manifest.csv"
     assert f"Selected kind: **{summary['selected']}**" in tags["mlflow.note.content"]
+    # the recording figures (the primary ones) in the first chart section, clip ones after
+    names = set(parent.data.metrics)
+    assert "cv/logger_stats/recording_roc_auc" in names and "cv_clip/cnn/clip_f1" in names
+    assert not [n for n in names if n.startswith("cv/") and "/clip_" in n]
+    assert sorted(n.split("/")[0] for n in names if "/" in n)[0] == "cv"
 
 
 def test_source_without_out_and_a_foreign_work_folder_are_refused(

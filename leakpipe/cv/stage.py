@@ -245,7 +245,7 @@ def _log_runs(paths: CvPaths, summary: Mapping[str, Any], results: Sequence[Mapp
               started: float) -> None:
     """One parent run (pooled figures, the outputs) from ``started`` on, and a child per fold
     and method spanning that method's work (a resumed fold's: when it ran)."""
-    pooled = {f"cv/{m}/{name}{suffix}": fig[key]
+    pooled = {f"{_section('cv', name)}/{m}/{name}{suffix}": fig[key]
               for m, figs in summary["methods"].items() for name, fig in figs.items()
               for key, suffix in (("mean", ""), ("ci_low", "_ci_low"), ("ci_high", "_ci_high"))}
     with tracking.start_run(STAGE, tags={**tags, **{f"leakpipe.sha256.{k}": v
@@ -266,6 +266,12 @@ def _log_runs(paths: CvPaths, summary: Mapping[str, Any], results: Sequence[Mapp
                 _log_child(parent.run_id, result, method, out, summary)
 
 
+def _section(head: str, name: str) -> str:
+    """The MLflow chart section of a figure: recording figures (the primary ones) under
+    ``head``, clip figures under ``<head>_clip``, which the UI lists after it."""
+    return f"{head}_clip" if name.startswith("clip_") else head
+
+
 def _log_child(parent_id: str | None, result: Mapping[str, Any], method: str,
                out: Mapping[str, Any], summary: Mapping[str, Any]) -> None:
     fold = int(result["fold"])
@@ -278,7 +284,7 @@ def _log_child(parent_id: str | None, result: Mapping[str, Any], method: str,
         run.log_params({"threshold": out["threshold"], **{k: v for k, v in info.items()
                                                           if k != "history"}})
         figs = summary["methods"][method]
-        run.log_metrics(_finite({f"test/{name}": fig["folds"][fold]
+        run.log_metrics(_finite({f"{_section('test', name)}/{name}": fig["folds"][fold]
                                  for name, fig in figs.items()}))
         for h in info.get("history", []):
             run.log_metrics(_finite({k: v for k, v in h.items() if k != "epoch"}),
