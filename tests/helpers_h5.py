@@ -58,8 +58,9 @@ def random_mel(rng: np.random.Generator, clips: int, features: FeatureConfig = S
 def write_split(path: Path, split: str, *, recordings_per_class: int = 2,
                 classes: tuple[str, ...] = KNOWN_CLASSES,
                 features: FeatureConfig = SMALL_FEATURES, dtype: str = "float16",
-                seed: int = 0) -> Path:
-    """One valid split: ``recordings_per_class`` recordings of each class per site."""
+                seed: int = 0, rate: int = 4096) -> Path:
+    """One valid split: ``recordings_per_class`` recordings of each class per site, each
+    recorded (``recording_rates``) at ``rate`` Hz."""
     rng = np.random.default_rng([seed, SPLITS.index(split) if split in SPLITS else 99])
     with SplitWriter(path, split, features, classes, dtype=dtype, chunk_mb=0.01,
                      stats=STATS_COLUMNS) as writer:
@@ -69,7 +70,7 @@ def write_split(path: Path, split: str, *, recordings_per_class: int = 2,
                 for k in range(recordings_per_class):
                     writer.append(random_mel(rng, CLIPS_PER_RECORDING, features, dtype), label,
                                   recording_id=f"{group}/{name}/{k}", group=group,
-                                  stats=random_stats(rng), rate=4096)
+                                  stats=random_stats(rng), rate=rate)
     return path
 
 

@@ -30,7 +30,12 @@ with the training recordings' profiles, each physically readable:
 |z_level| / level_scale)``, so D = 1 is the edge of that range of the training recordings in
 the worse of the two. A recording is ``shifted`` when D exceeds the threshold, or when mel bands'
 centres lie above its own Nyquist frequency (its native rate cannot fill the model's band,
-whatever D says: a quiet recording's empty upper bands may sit near the training floor).
+whatever D says: a quiet recording's empty upper bands may sit near the training floor) that
+the training recordings did reach at their own rates: ``train_band_hz``, the Nyquist frequency
+``TRAIN_BAND_QUANTILE`` of them reached or exceeded. A band training lacked too is no shift: a
+detector trained on 4096 Hz loggers at an 8192 Hz model rate calls its own loggers in domain,
+in evaluate (which reads the split's native rates) and in predict alike. A reference stored
+without ``train_band_hz`` counts every band above the recording's Nyquist frequency.
 **Threshold**: on the val recordings (sites the reference never saw), the ``ceil(q n)``-th
 smallest D with ``q = TARGET_QUANTILE``, so about a share ``1 - q`` of val recordings exceed it
 (ties aside). With fewer than ``1 / (1 - q)`` val recordings that order statistic is the val
@@ -78,6 +83,9 @@ MIN_VARIANCE = 0.25       # dB^2 floor of a band's residual variance (about 0.5 
 MIN_LEVEL_SD = 0.5        # dB floor of the level's robust standard deviation
 IN, SHIFTED, UNKNOWN = "in", "shifted", "unknown"
 BAND, LEVEL, SHAPE = "band", "level", "shape"
+# the training band: a Nyquist frequency at least this share of training recordings reached
+# (a few recordings at a lower rate do not make their missing bands normal)
+TRAIN_BAND_QUANTILE = 0.95
 _ARRAYS = ("band_median", "shape_mean", "shape_axes", "axis_var", "resid_var")
 _SCALARS = ("level_median", "level_sd", "level_low", "level_high", "shape_scale",
             "level_scale", "threshold", "quantile")
@@ -104,6 +112,8 @@ class DomainReference:
     fitted_on: str = ""       # "<n> train recordings; threshold on <v> val recordings"
     val_distances: np.ndarray = field(default_factory=lambda: np.zeros(0))  # (V,) sorted D
     #                           of the val recordings (``domain_set``); empty: not kept
+    train_band_hz: float | None = None   # Hz: the band most training recordings reached at
+    #                           their own rates (None: not known, every band counts)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {k: [float(v) for v in np.ravel(getattr(self, k))]
@@ -112,15 +122,19 @@ class DomainReference:
         out.update(uses_level=bool(self.uses_level), fitted_on=str(self.fitted_on),
                    axes=int(self.shape_axes.shape[0]),
                    val_distances=[float(v) for v in self.val_distances])
+        if self.train_band_hz is not None:
+            out["train_band_hz"] = float(self.train_band_hz)
         return out
 
     @classmethod
     def from_dict(cls, raw: Any) -> DomainReference:
         """The stored form; ``ValueError`` naming what is wrong. ``val_distances`` may be
-        absent (a reference stored before the set check: no set check then)."""
-        expected = {*_ARRAYS, *_SCALARS, "uses_level", "fitted_on", "axes", "val_distances"}
+        absent (a reference stored before the set check: no set check then), and so may
+        ``train_band_hz`` (stored before it: every band above a recording's Nyquist counts)."""
+        optional = {"val_distances", "train_band_hz"}
+        expected = {*_ARRAYS, *_SCALARS, "uses_level", "fitted_on", "axes", *optional}
         if not isinstance(raw, dict) or not set(raw) <= expected \
-                or set(raw) < expected - {"val_distances"}:
+                or not (expected - optional) <= set(raw):
             raise ValueError(f"fields must be {sorted(expected)}")
         arrays = {k: np.asarray(raw[k], dtype=np.float64) for k in _ARRAYS}
         m = arrays["band_median"].size
@@ -133,9 +147,12 @@ class DomainReference:
             val = np.full(1, np.nan)
         if val.ndim != 1 or not np.all(np.isfinite(val)):
             raise ValueError("val_distances must be a list of finite numbers")
+        band = raw.get("train_band_hz")
+        if band is not None and not (isinstance(band, int | float) and band > 0):
+            raise ValueError("train_band_hz must be a positive number of Hz")
         return cls(**arrays, **{k: float(raw[k]) for k in _SCALARS},
                    uses_level=bool(raw["uses_level"]), fitted_on=str(raw["fitted_on"]),
-                   val_distances=val)
+                   val_distances=val, train_band_hz=None if band is None else float(band))
 
 
 @dataclass(frozen=True)
@@ -180,8 +197,9 @@ def _shape_distance(ref: DomainReference, shape: np.ndarray) -> np.ndarray:
 
 
 def fit_reference(profiles: np.ndarray, *, uses_level: bool = True, axes: int = AXES,
-                  source: str = "train") -> DomainReference:
-    """The reference of (R, M) ``source`` recording profiles (threshold not yet set)."""
+                  source: str = "train", band_hz: np.ndarray | None = None) -> DomainReference:
+    """The reference of (R, M) ``source`` recording profiles (threshold not yet set);
+    ``band_hz`` (R,): each recording's Nyquist frequency at its own rate, when known."""
     p = np.asarray(profiles, dtype=np.float64)
     if p.ndim != 2 or len(p) < axes + 2:
         raise ValueError(f"need at least {axes + 2} recordings of (R, M) profiles, "
@@ -196,12 +214,32 @@ def fit_reference(profiles: np.ndarray, *, uses_level: bool = True, axes: int = 
         axis_var=model.axis_var, resid_var=model.resid_var,
         level_median=level_median, level_sd=level_sd,
         level_low=float(np.percentile(level, 0.5)), level_high=float(np.percentile(level, 99.5)),
-        shape_scale=1.0, level_scale=1.0, uses_level=uses_level)
+        shape_scale=1.0, level_scale=1.0, uses_level=uses_level,
+        train_band_hz=_train_band(band_hz))
     shape_d, level_z = _parts(ref, p)
     return replace(ref, shape_scale=max(float(np.percentile(shape_d, SCALE_QUANTILE)), 1e-9),
                     level_scale=max(float(np.percentile(np.abs(level_z), SCALE_QUANTILE)),
                                     1e-9),
                     fitted_on=f"{len(p)} {source} recordings")
+
+
+def _train_band(band_hz: np.ndarray | None) -> float | None:
+    """The Nyquist frequency ``TRAIN_BAND_QUANTILE`` of the training recordings reached."""
+    if band_hz is None or not np.size(band_hz):
+        return None
+    return float(np.quantile(np.asarray(band_hz, np.float64), 1.0 - TRAIN_BAND_QUANTILE,
+                             method="lower"))
+
+
+def beyond_band(ref: DomainReference, centers_hz: np.ndarray,
+                nyquist_hz: float | None) -> np.ndarray:
+    """(M,) bool: the mel bands a recording of Nyquist ``nyquist_hz`` cannot fill although the
+    training recordings did (all above it when the training band is not known)."""
+    centers = np.asarray(centers_hz, dtype=np.float64)
+    if nyquist_hz is None:
+        return np.zeros(centers.shape, dtype=bool)
+    above = centers > nyquist_hz
+    return above if ref.train_band_hz is None else above & (centers <= ref.train_band_hz)
 
 
 def _parts(ref: DomainReference, profiles: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -244,13 +282,14 @@ def fit_threshold(ref: DomainReference, val_profiles: np.ndarray,
 
 def missing_bands(ref: DomainReference, profile: np.ndarray, centers_hz: np.ndarray,
                   nyquist_hz: float | None = None) -> int:
-    """How many top mel bands the recording lacks: centres above its own Nyquist frequency,
-    or a run of top bands ``EMPTY_DB`` below the training shape."""
+    """How many top mel bands the recording lacks: centres above its own Nyquist frequency
+    that training filled (``beyond_band``), or a run of top bands ``EMPTY_DB`` below the
+    training shape."""
     offset = np.asarray(profile, dtype=np.float64) - ref.band_median       # (M,)
     base = np.median(offset[: offset.size // 2])    # level from the lower half: a cut band
     empty = (offset - base - ref.shape_mean) < -EMPTY_DB               # removes the top (M,)
     run = int(np.argmin(empty[::-1])) if not empty.all() else empty.size
-    above = int(np.sum(centers_hz > nyquist_hz)) if nyquist_hz is not None else 0
+    above = int(np.sum(beyond_band(ref, centers_hz, nyquist_hz)))
     return max(run, above)
 
 
@@ -261,7 +300,7 @@ def assess(ref: DomainReference | None, profile: np.ndarray, centers_hz: np.ndar
         return UNKNOWN_CHECK
     p = np.atleast_2d(np.asarray(profile, dtype=np.float64))
     distance = float(distances(ref, p)[0])
-    beyond_rate = nyquist_hz is not None and bool(np.any(centers_hz > nyquist_hz))
+    beyond_rate = bool(np.any(beyond_band(ref, centers_hz, nyquist_hz)))
     if not (distance > ref.threshold or beyond_rate):
         return DomainCheck(IN, distance, "")
     return DomainCheck(SHIFTED, distance, _reason(ref, p, centers_hz, nyquist_hz))

@@ -67,6 +67,7 @@ from leakpipe.evaluate.reliability import (
     reliability_rows,
 )
 from leakpipe.evaluate.split_metrics import Resampling, class_figures, split_figures
+from leakpipe.features.mel import band_centers_hz
 from leakpipe.files import write_csv_atomic, write_json_atomic
 from leakpipe.metric_names import json_safe, nest
 from leakpipe.runtime import Runtime
@@ -202,7 +203,9 @@ def evaluate_detector(network: Network, paths: Mapping[str, Path], plan: Mapping
                                      point.threshold)}
     domain = build_reference(network, paths) if "train" in paths else None
     if domain is not None:
-        metrics.update(domain_figures(domain, paths))
+        f = network.features
+        metrics.update(domain_figures(domain, paths,
+                                      band_centers_hz(f.n_mels, f.fmin, f.fmax)))
         info["eval/domain_reference"] = domain.fitted_on
     return Evaluation(point=point, prob_mode=decision.prob_mode, val=val, test=test,
                       metrics=metrics, info=info, calibration=calibration, domain=domain)

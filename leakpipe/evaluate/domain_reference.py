@@ -33,6 +33,7 @@ from leakpipe.decision.domain import (
     SHIFTED,
     DomainReference,
     band_profile,
+    beyond_band,
     distances,
     fit_reference,
     fit_threshold,
@@ -50,26 +51,45 @@ NORM_WITH_LEVEL = "none"  # the input_norm under which the network sees the abso
 
 def split_profiles(path: Path) -> np.ndarray:
     """(R, M) band profiles of a split's recordings (clips of one recording averaged)."""
+    return split_profiles_and_bands(path)[0]
+
+
+def split_profiles_and_bands(path: Path) -> tuple[np.ndarray, np.ndarray | None]:
+    """(R, M) band profiles of a split's recordings and (R,) each one's Nyquist frequency at
+    its own rate (None for a split built without recording rates), in recording id order."""
     with open_split(path) as split:
         ids = split.recording_ids
         clips = [np.stack([band_profile(clip) for clip in block])
                  for _, block in split.iter_chunks(READ_ROWS)]
-    return recording_profiles(np.concatenate(clips), ids)[1]
+        rates = split.recording_rates if split.has_stats else None
+    _, profiles = recording_profiles(np.concatenate(clips), ids)
+    if rates is None:
+        return profiles, None
+    _, first = np.unique(np.asarray(ids), return_index=True)      # in sorted_ids' order
+    return profiles, rates[first] / 2.0
 
 
 def build_reference(network: Network, paths: Mapping[str, Path]) -> DomainReference:
-    """The reference of ``paths['train']`` with its threshold set on ``paths['val']``."""
-    ref = fit_reference(split_profiles(paths["train"]),
-                        uses_level=network.input_norm == NORM_WITH_LEVEL)
+    """The reference of ``paths['train']`` (and the band its recordings reached at their own
+    rates) with its threshold set on ``paths['val']``."""
+    profiles, band_hz = split_profiles_and_bands(paths["train"])
+    ref = fit_reference(profiles, uses_level=network.input_norm == NORM_WITH_LEVEL,
+                        band_hz=band_hz)
     return fit_threshold(ref, split_profiles(paths["val"]))
 
 
-def domain_figures(ref: DomainReference, paths: Mapping[str, Path]) -> dict[str, float]:
-    """Threshold, val exceedance and test flagged share (with a 95 % Wilson interval)."""
+def domain_figures(ref: DomainReference, paths: Mapping[str, Path],
+                   centers_hz: np.ndarray | None = None) -> dict[str, float]:
+    """Threshold, val exceedance and test flagged share (with a 95 % Wilson interval). With
+    the mel bands' ``centers_hz``, a recording is shifted as predict judges it: D over the
+    threshold, or a band training filled beyond its own rate's Nyquist frequency."""
     out = {"domain/threshold": ref.threshold}
     for name in ("val", "test"):
-        d = distances(ref, split_profiles(paths[name]))                     # (R,)
+        profiles, band_hz = split_profiles_and_bands(paths[name])
+        d = distances(ref, profiles)                                          # (R,)
         shifted = d > ref.threshold
+        if centers_hz is not None and band_hz is not None:
+            shifted |= np.array([beyond_band(ref, centers_hz, b).any() for b in band_hz])
         k, n = int(shifted.sum()), int(shifted.size)
         low, high = wilson_interval(k, n)
         out.update({f"domain/{name}_shifted_rate": k / n, f"domain/{name}_shifted_rate_ci_low":
