@@ -47,7 +47,7 @@ from leakpipe.build_recording import (
     verify_sample,
 )
 from leakpipe.cluster import ClusterSettings, Session, connect
-from leakpipe.config import BuildConfig, RecordingStatsConfig, load_section
+from leakpipe.config import BuildConfig, ConfigError, RecordingStatsConfig, load_section
 from leakpipe.constants import ALL_CLIPS, BINARY_CLASSES, KNOWN_CLASSES, LEAK_CLASS, SPLITS
 from leakpipe.data.manifest import Recording, discover
 from leakpipe.data.splits import assign_splits
@@ -262,14 +262,32 @@ class BuildFailed(DataError):
         self.report = report
 
 
-def run_build(params: Path, source: Path | None, out_dir: Path, report_path: Path, *,
-              group_by: str | None = None, progress: bool = True,
-              cluster: ClusterSettings | None = None, verify: int = 0) -> int:
-    """The whole stage, on the local pool or the Dask ``cluster``; returns the exit code
-    (errors raise ``LeakpipeError``)."""
-    cfg = load_section(params, "build")
+def with_overrides(cfg: BuildConfig, group_by: str | None,
+                   sample_rate: int | None) -> BuildConfig:
+    """``cfg`` with another ``group_by`` and another ``sample_rate`` (``fmax`` capped at its
+    Nyquist frequency); a rate the features cannot use is a ``ConfigError`` naming it."""
     if group_by is not None:
         cfg = dataclasses.replace(cfg, group_by=group_by)
+    if sample_rate is None:
+        return cfg
+    if sample_rate <= 0:
+        raise ConfigError(f"--sample-rate {sample_rate}: must be a positive whole number of Hz")
+    cfg = dataclasses.replace(cfg, sample_rate=sample_rate,
+                              fmax=min(cfg.fmax, sample_rate / 2))
+    problems = cfg.problems()
+    if problems:
+        key, why = problems[0]
+        raise ConfigError(f"--sample-rate {sample_rate}: build.{key} {why}")
+    return cfg
+
+
+def run_build(params: Path, source: Path | None, out_dir: Path, report_path: Path, *,
+              group_by: str | None = None, sample_rate: int | None = None,
+              progress: bool = True, cluster: ClusterSettings | None = None,
+              verify: int = 0) -> int:
+    """The whole stage, on the local pool or the Dask ``cluster``; returns the exit code
+    (errors raise ``LeakpipeError``). ``group_by`` / ``sample_rate`` override the section's."""
+    cfg = with_overrides(load_section(params, "build"), group_by, sample_rate)
     source = source or Path(cfg.source)
     engine = connect(cluster) if cluster is not None else nullcontext()
     with engine as session, tracking.start_run("build") as run:

@@ -52,6 +52,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--group-by", choices=GROUP_BY, default=None,
                         help="with --source, folder sources: which files share a group (site); "
                              "default build.group_by")
+    parser.add_argument("--sample-rate", type=int, default=None, metavar="HZ",
+                        help="with --source: build at this rate instead of build.sample_rate "
+                             "(fmax capped at HZ / 2), e.g. the loggers' own rate when a "
+                             "detector calls their recordings out of band")
     parser.add_argument("--folds", type=param_int(CrossvalConfig, "folds", "cv.folds"),
                         default=None,
                         help="K folds over groups (default: cv.folds)")
@@ -109,6 +113,7 @@ def _run(args: argparse.Namespace, layout: OutLayout | None) -> int:
     cluster = cluster_settings(args)
     if args.source is not None:
         splits = build_source(args.params, args.source, layout, group_by=args.group_by,
+                              sample_rate=args.sample_rate,
                               progress=not args.no_progress, cluster=cluster)
         tags = {TAG_CV_SOURCE: str(Path(args.source).resolve())}   # its runs, named apart
     else:

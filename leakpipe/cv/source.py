@@ -22,12 +22,13 @@ from leakpipe.validate.split_validation import cross_split_failures
 
 
 def build_source(params: Path, source: Path, layout: OutLayout, *, group_by: str | None = None,
-                 progress: bool = True, cluster: ClusterSettings | None = None) -> dict[str, Path]:
-    """Build ``source`` with the params file's `build` section into ``layout.data`` (on the
-    Dask ``cluster`` when given: the same bytes), check the splits against each other; returns
-    split name -> file."""
+                 sample_rate: int | None = None, progress: bool = True,
+                 cluster: ClusterSettings | None = None) -> dict[str, Path]:
+    """Build ``source`` with the params file's `build` section (at ``sample_rate`` when
+    given) into ``layout.data`` (on the Dask ``cluster`` when given: the same bytes), check
+    the splits against each other; returns split name -> file."""
     run_build(params, source, layout.data, layout.build_report, group_by=group_by,
-              progress=progress, cluster=cluster)
+              sample_rate=sample_rate, progress=progress, cluster=cluster)
     splits = {s: layout.data / f"{s}.h5" for s in SPLITS}
     check_disjoint(splits, params)
     return splits

@@ -30,7 +30,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from leakpipe.constants import DECISION_NAMES
-from leakpipe.decision.domain import SHIFTED
+from leakpipe.decision.domain import BAND, SHIFTED
 
 NOLEAK, LEAK = DECISION_NAMES
 UNUSABLE, UNCERTAIN = "UNUSABLE", "UNCERTAIN"
@@ -38,6 +38,7 @@ VERDICTS = (LEAK, NOLEAK, UNCERTAIN, UNUSABLE)
 DECIMALS = 4                  # digits of leak_prob and threshold wherever they are shown
 CV_COMMAND = ("leakpipe cv --source <labelled.csv: path,class,group of this network's "
               "recordings> --out <folder>")
+RATE_OPTION = "--sample-rate <the loggers' rate, Hz>"    # for a recording out of band
 
 
 def shown(leak_prob: float, prob_threshold: float, leak: bool) -> tuple[float, float]:
@@ -67,12 +68,17 @@ def verdict(decision: str, domain: str) -> str:
 
 
 def shifted_note(reason: str) -> str:
-    """What a shifted recording's notes say: why, what ``leak_prob`` is then, what to do."""
+    """What a shifted recording's notes say: why, what ``leak_prob`` is then, what to do. A
+    recording out of band (``band: ...``) is told to cross-validate at its loggers' own rate
+    (``RATE_OPTION``): rebuilt at the model's rate, its network's recordings would leave the
+    top bands empty again. The note depends on the reason alone, so every surface that shows
+    a row (predict, serve, explain) gives the same words."""
     why = f" ({reason})" if reason else ""
+    command = CV_COMMAND + (f" {RATE_OPTION}" if reason.startswith(f"{BAND}:") else "")
     return (f"UNCERTAIN: unlike the training recordings{why}; leak_prob is the model's answer "
             "under its training distribution, not a calibrated probability here; before acting "
             f"on calls here, cross-validate on labelled recordings of this network: "
-            f"`{CV_COMMAND}`")
+            f"`{command}`")
 
 
 def with_verdict(row: Mapping[str, Any]) -> dict[str, Any]:
@@ -81,9 +87,8 @@ def with_verdict(row: Mapping[str, Any]) -> dict[str, Any]:
     out = {**row, "verdict": verdict(str(row.get("decision") or ""),
                                      str(row.get("domain") or ""))}
     if out["verdict"] == UNCERTAIN:
-        out["notes"] = "; ".join(filter(None, [str(row.get("notes") or ""),
-                                               shifted_note(str(row.get("domain_reason")
-                                                                or ""))]))
+        note = shifted_note(str(row.get("domain_reason") or ""))
+        out["notes"] = "; ".join(filter(None, [str(row.get("notes") or ""), note]))
     return out
 
 
