@@ -67,14 +67,16 @@ def find_recordings(paths: Iterable[Path],
         else:
             found.append(path)
     found = list(dict.fromkeys(found))
-    keys = identities([Recording(p, str(p), "", "") for p in found])
     first: dict[str, Path] = {}
-    kept = [p for p, key in zip(found, keys, strict=True) if first.setdefault(key, p) is p]
-    if len(kept) < len(found):
-        again = next(p for p, key in zip(found, keys, strict=True) if first[key] is not p)
+    repeats: list[tuple[Path, Path]] = []          # (a repeat, the name it repeats)
+    for path, key in zip(found, identities([Recording(p, str(p), "", "") for p in found]),
+                         strict=True):
+        if first.setdefault(key, path) is not path:
+            repeats.append((path, first[key]))
+    if repeats:
         log.info("%d recording(s) named twice are scored once, first: %s (the same recording "
-                 "as %s)", len(found) - len(kept), again, first[keys[found.index(again)]])
-    return kept
+                 "as %s)", len(repeats), *repeats[0])
+    return list(first.values())
 
 
 def select_recordings(paths: Sequence[Path]) -> list[Path]:
