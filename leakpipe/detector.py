@@ -72,6 +72,7 @@ from leakpipe.decision.voting import VotingConfig
 from leakpipe.errors import DataError, LeakpipeError
 from leakpipe.files import file_problem, save_torch_atomic
 from leakpipe.inference import inference_form
+from leakpipe.metric_names import current_names
 from leakpipe.model import create_model, model_state
 from leakpipe.scoring.batching import BatchLimits
 
@@ -244,7 +245,7 @@ def _detector(raw: dict[str, Any], path: Path) -> Detector:
     limits = raw.get("batch_limits")
     return with_operating_point(
         net, voting=VotingConfig(**raw["voting"]), threshold=float(raw["threshold"]),
-        metrics=dict(raw["metrics"]),
+        metrics=current_names(raw["metrics"]),
         batch_limits=BatchLimits(**limits) if limits is not None else None,
         min_clip_fraction=raw.get("min_clip_fraction"), calibration=_calibration(raw, path),
         domain=_domain(raw, path), quality=_quality(raw, path))

@@ -50,6 +50,7 @@ from leakpipe.detector import Detector, detector_dict, detector_from
 from leakpipe.errors import DataError, LeakpipeError
 from leakpipe.features.recording_stats import StatsAccumulator, stat_names
 from leakpipe.files import save_torch_atomic
+from leakpipe.metric_names import current_names
 from leakpipe.stats_model import LoggerStatsNet
 
 KIND = "logger_stats"
@@ -230,7 +231,7 @@ def fused_detector_from(raw: dict[str, Any], path: Path) -> FusedDetector:
             cnn=detector_from(cnn, path), logger_stats=stats_detector_from(stats, path),
             stacker=Stacker.from_dict(raw["stacker"]), threshold=float(raw["threshold"]),
             calibration=Calibration.from_dict(raw["calibration"]),
-            metrics={k: float(v) for k, v in raw["metrics"].items()})
+            metrics={k: float(v) for k, v in current_names(raw["metrics"]).items()})
     except LeakpipeError:         # a part's own named problem
         raise
     except (KeyError, TypeError, ValueError, RuntimeError, AttributeError) as exc:
@@ -254,7 +255,7 @@ def stats_detector_from(raw: dict[str, Any], path: Path) -> StatsDetector:
             net=net.eval(), threshold=float(raw["threshold"]),
             stats=from_mapping(RecordingStatsConfig, raw["stats_config"], "stats", str(path)),
             calibration=Calibration.from_dict(raw["calibration"]),
-            metrics={k: float(v) for k, v in raw["metrics"].items()},
+            metrics={k: float(v) for k, v in current_names(raw["metrics"]).items()},
             quality=from_mapping(QualityConfig, raw["quality"], "quality", str(path)),
             missing_share=_missing_share(raw.get("missing_share"), len(names), path))
     except LeakpipeError:

@@ -104,16 +104,16 @@ def test_a_round_is_rejected_on_val_first_then_on_the_check_set_when_guarded() -
     seed = {"round": 0, "val": {"f1": 0.80}, "check": {"f1": 0.77}}
     assert rejection(2, seed, 0.785, 0.76, tolerance=0.02, check_guard=True, standing=1) == ""
     val = rejection(2, seed, 0.779, 0.90, tolerance=0.02, check_guard=True, standing=1)
-    assert val == ("round 2 rejected: val file F1 0.7790 is more than 0.02 below the seed's "
+    assert val == ("round 2 rejected: val clip F1 0.7790 is more than 0.02 below the seed's "
                    "0.8000; round 1's detector stands")
     check = rejection(2, seed, 0.80, 0.676, tolerance=0.02, check_guard=True, standing=1)
-    assert check.startswith("round 2 rejected: field check set file F1 0.6760 is more than "
+    assert check.startswith("round 2 rejected: field check set clip F1 0.6760 is more than "
                             "0.02 below the seed's 0.7700")
     assert rejection(2, seed, 0.80, 0.676, tolerance=0.02, check_guard=False, standing=1) == ""
     assert rejection(2, {"round": 0, "val": {"f1": 0.8}}, 0.8, None, tolerance=0.0,
                      check_guard=True, standing=1) == ""           # no check set: val only
     nan = rejection(1, seed, float("nan"), 0.77, tolerance=0.02, check_guard=True, standing=0)
-    assert nan.startswith("round 1 rejected: val file F1 is not a number, against the seed's")
+    assert nan.startswith("round 1 rejected: val clip F1 is not a number, against the seed's")
 
 
 def _first_rejected(rounds: list[tuple[float, float | None]], *, check_guard: bool,

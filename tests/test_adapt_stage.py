@@ -175,7 +175,7 @@ def test_a_round_that_worsens_val_is_rejected_and_the_previous_model_stands(
     assert _adapted_versions(mlflow_store) == registered
     assert rounds[r]["val"]["f1"] < rounds[0]["val"]["f1"] - 0.02     # below the seed's
     assert doc["final_round"] == r - 1
-    assert doc["stop_reason"].startswith(f"round {r} rejected: val file F1")
+    assert doc["stop_reason"].startswith(f"round {r} rejected: val clip F1")
     assert doc["stop_reason"].endswith(f"the seed's {rounds[0]['val']['f1']:.4f}; "
                                        f"round {r - 1}'s detector stands")
     kept = tmp_path / "work" / f"round-{r - 1:02d}" / "detector.pt"

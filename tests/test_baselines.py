@@ -147,17 +147,17 @@ def _run(params: Path, paths: dict[str, Path], eval_metrics=None):
 def test_separable_clips_score_high_and_level_only_stays_at_chance(tmp_path: Path) -> None:
     report = _run(_params(tmp_path), _splits(tmp_path / "data"))
     for name in ("random_forest", "svm", "xgboost"):
-        assert report.results[name].metrics["test/file_f1"] >= LEARNED_F1, name
-        assert report.results[name].metrics["test/file_roc_auc"] >= LEARNED_ROC_AUC, name
+        assert report.results[name].metrics["test/clip_f1"] >= LEARNED_F1, name
+        assert report.results[name].metrics["test/clip_roc_auc"] >= LEARNED_ROC_AUC, name
     # one feature: the ranking is the clips' level order (or its reverse) whatever the fit's
     # floats: 0.58 here, 0.42 reversed
-    assert abs(report.results["level_logreg"].metrics["test/file_roc_auc"] - 0.5) < 0.2
+    assert abs(report.results["level_logreg"].metrics["test/clip_roc_auc"] - 0.5) < 0.2
 
 
 def test_level_only_model_finds_a_loudness_cue(tmp_path: Path) -> None:
     params = _params(tmp_path, models=["level_logreg"])
     report = _run(params, _splits(tmp_path / "data", tilt_db=0.0, level_db=10.0))
-    assert report.comparison["level_file_roc_auc"] >= 0.95
+    assert report.comparison["level_clip_roc_auc"] >= 0.95
     assert "best_baseline" not in report.comparison              # no MFCC model was run
 
 
@@ -169,8 +169,8 @@ def test_shuffled_training_labels_give_chance(tmp_path: Path) -> None:
         metrics = report.results[name].metrics
         # nothing learned: far below the separable clips' figures; one-sided, as chance lands
         # on either side of 0.5 (xgboost 0.35 here)
-        assert metrics["test/file_roc_auc"] < UNLEARNED_ROC_AUC, name
-        assert metrics["test/file_f1"] < UNLEARNED_F1, name
+        assert metrics["test/clip_roc_auc"] < UNLEARNED_ROC_AUC, name
+        assert metrics["test/clip_f1"] < UNLEARNED_F1, name
 
 
 def _relabel(path: Path, swap: bool) -> None:
@@ -189,7 +189,7 @@ def test_hyper_parameters_and_threshold_are_chosen_on_val_only(tmp_path: Path) -
     _relabel(paths["test"], swap=True)                           # the test truth changes
     flipped = _run(params, paths).results["svm"]
     assert (flipped.point.threshold, flipped.hyper) == (base.point.threshold, base.hyper)
-    assert flipped.metrics["test/file_f1"] != base.metrics["test/file_f1"]
+    assert flipped.metrics["test/clip_f1"] != base.metrics["test/clip_f1"]
     _relabel(paths["val"], swap=True)                            # the val truth decides
     moved = _run(params, paths).results["svm"]
     assert (moved.point.threshold, moved.hyper) != (base.point.threshold, base.hyper)
@@ -206,8 +206,8 @@ def test_runs_are_deterministic(tmp_path: Path) -> None:
 def _eval_json(path: Path, files: int, f1: float = 0.95) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"test": {
-        "files": files, "file_f1": f1, "file_f1_ci_low": f1 - 0.1, "file_f1_ci_high": 1.0,
-        "file_roc_auc": 0.99, "file_roc_auc_ci_low": 0.9, "file_roc_auc_ci_high": 1.0}}))
+        "clips": files, "clip_f1": f1, "clip_f1_ci_low": f1 - 0.1, "clip_f1_ci_high": 1.0,
+        "clip_roc_auc": 0.99, "clip_roc_auc_ci_low": 0.9, "clip_roc_auc_ci_high": 1.0}}))
 
 
 @pytest.fixture(scope="module")
@@ -249,26 +249,26 @@ def test_stage_writes_the_comparison_and_one_mlflow_run_per_model(project: Path)
     out = json.loads((project / "metrics" / "baselines.json").read_text())
     for name in ("random_forest", "svm", "xgboost", "level_logreg"):
         test = out[name]["test"]
-        for key in ("file_f1", "file_accuracy", "file_roc_auc", "file_recall", "file_precision"):
+        for key in ("clip_f1", "clip_accuracy", "clip_roc_auc", "clip_recall", "clip_precision"):
             assert test[f"{key}_ci_low"] <= test[key] <= test[f"{key}_ci_high"], (name, key)
         assert out[name]["eval"]["threshold"] == out[name]["eval"]["threshold"]  # not null
         assert 0.02 <= out[name]["eval"]["threshold"] <= 0.98
         assert out[name]["hyperparams"]
     comparison = out["comparison"]
     best = comparison["best_baseline"]
-    assert comparison["baseline_file_f1"] == max(
-        out[m]["test"]["file_f1"] for m in ("random_forest", "svm", "xgboost"))
-    assert comparison["baseline_file_f1"] == out[best]["test"]["file_f1"]
-    assert comparison["cnn_file_f1"] == 0.95
-    assert comparison["margin_file_f1"] == pytest.approx(0.95 - comparison["baseline_file_f1"])
-    assert comparison["level_file_roc_auc"] == out["level_logreg"]["test"]["file_roc_auc"]
+    assert comparison["baseline_clip_f1"] == max(
+        out[m]["test"]["clip_f1"] for m in ("random_forest", "svm", "xgboost"))
+    assert comparison["baseline_clip_f1"] == out[best]["test"]["clip_f1"]
+    assert comparison["cnn_clip_f1"] == 0.95
+    assert comparison["margin_clip_f1"] == pytest.approx(0.95 - comparison["baseline_clip_f1"])
+    assert comparison["level_clip_roc_auc"] == out["level_logreg"]["test"]["clip_roc_auc"]
 
     plot = json.loads((project / "plots" / "baselines" / "comparison.json").read_text())
     assert [row["model"] for row in plot] == ["cnn", "random_forest", "svm", "xgboost",
                                               "level_logreg", "logger_stats"]
     stats = out["logger_stats"]
     assert stats["hyperparams"]["C"] in (0.01, 0.1, 1.0)
-    for key in ("recording_roc_auc", "recording_f1", "file_roc_auc", "file_f1_ci_low"):
+    for key in ("recording_roc_auc", "recording_f1", "clip_roc_auc", "clip_f1_ci_low"):
         assert key in stats["test"], key
     assert set(plot[0]) == {"model", "f1", "ci_low", "ci_high", "roc_auc"}
 
@@ -278,7 +278,7 @@ def test_stage_writes_the_comparison_and_one_mlflow_run_per_model(project: Path)
                 if "mlflow.parentRunId" in r.data.tags}
     assert set(children) == {"random_forest", "svm", "xgboost", "level_logreg", "logger_stats"}
     svm = children["svm"]
-    assert svm.data.metrics["test/file_f1"] == pytest.approx(out["svm"]["test"]["file_f1"])
+    assert svm.data.metrics["test/clip_f1"] == pytest.approx(out["svm"]["test"]["clip_f1"])
     assert svm.data.metrics["eval/threshold"] == pytest.approx(out["svm"]["eval"]["threshold"])
     assert svm.info.run_name == "baselines-svm"
     assert len(runs) == 6                                        # the parent and 5 children
@@ -312,7 +312,7 @@ def test_without_eval_json_the_comparison_leaves_the_cnn_out(project: Path) -> N
     (project / "metrics" / "eval.json").unlink()
     assert main([*STAGE_ARGS, "--plots-dir", "plots/b"]) == 0
     comparison = json.loads((project / "metrics" / "baselines.json").read_text())["comparison"]
-    assert "cnn_file_f1" not in comparison and "margin_file_f1" not in comparison
+    assert "cnn_clip_f1" not in comparison and "margin_clip_f1" not in comparison
     plot = json.loads((project / "plots" / "b" / "comparison.json").read_text())
     assert [row["model"] for row in plot][0] == "random_forest"
 
@@ -324,7 +324,7 @@ def test_mean_std_doubles_the_features(tmp_path: Path) -> None:
     assert table.truth.sum() == 16 and len(set(table.recording_id)) == 40
     params = _params(tmp_path, models=["random_forest"], summary="mean_std")
     report = _run(params, paths)
-    assert report.results["random_forest"].metrics["test/file_f1"] >= LEARNED_F1
+    assert report.results["random_forest"].metrics["test/clip_f1"] >= LEARNED_F1
 
 
 # -- the paired interval of the margin ----------------------------------------------------------
@@ -372,8 +372,8 @@ def test_cnn_predictions_give_the_margin_a_paired_interval(project: Path) -> Non
     (project / "reports" / "predictions.csv").write_text("\n".join(rows) + "\n")
     assert main(STAGE_ARGS) == 0
     comparison = json.loads((project / "metrics" / "baselines.json").read_text())["comparison"]
-    assert comparison["margin_file_f1_ci_low"] <= comparison["margin_file_f1_ci_high"]
-    assert comparison["margin_file_f1_ci_high"] <= 1.0
+    assert comparison["margin_clip_f1_ci_low"] <= comparison["margin_clip_f1_ci_high"]
+    assert comparison["margin_clip_f1_ci_high"] <= 1.0
 
 
 def test_cnn_predictions_missing_a_clip_is_one_line_and_writes_nothing(project: Path,

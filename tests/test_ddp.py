@@ -56,8 +56,8 @@ def test_two_processes_train_with_ddp_and_the_checkpoint_loads_in_one(tmp_path: 
     # reduction (ranks drifting apart, no learning) does not.
     metrics = read_metrics(ws)
     assert metrics["epochs_run"] == DDP_TRAIN["epochs"]     # patience 5 > 4 epochs: a count
-    assert metrics["val"]["file_f1"] >= LEARNED_F1, metrics["val"]
-    assert metrics["val"]["file_roc_auc"] >= LEARNED_ROC_AUC, metrics["val"]
+    assert metrics["val"]["clip_f1"] >= LEARNED_F1, metrics["val"]
+    assert metrics["val"]["clip_roc_auc"] >= LEARNED_ROC_AUC, metrics["val"]
     (run,) = mlflow_runs(uri)                                       # rank 0 logs, alone
     assert run.info.status == "FINISHED"
     assert run.data.params["dist.world_size"] == str(WORLD)

@@ -34,17 +34,17 @@ def _stop_epoch(stopper: EarlyStopping, values: list[float]) -> int | None:
 ])
 def test_stop_epoch_table(mode: str, patience: int, min_delta: float, values: list[float],
                           expected: int | None) -> None:
-    stopper = EarlyStopping("val/file_f1", mode, patience, min_delta)
+    stopper = EarlyStopping("val/clip_f1", mode, patience, min_delta)
     assert _stop_epoch(stopper, values) == expected
 
 
 def test_reason_names_monitor_best_and_wait() -> None:
-    stopper = EarlyStopping("val/file_f1", "max", 2)
+    stopper = EarlyStopping("val/clip_f1", "max", 2)
     stopper.step(0.9)
-    assert stopper.step(0.8) == (False, "val/file_f1 = 0.8, no improvement for 1 epochs")
+    assert stopper.step(0.8) == (False, "val/clip_f1 = 0.8, no improvement for 1 epochs")
     stop, reason = stopper.step(0.85)
     assert stop
-    assert reason.startswith("val/file_f1 did not improve for 2 epochs (best 0.9, mode max")
+    assert reason.startswith("val/clip_f1 did not improve for 2 epochs (best 0.9, mode max")
 
 
 @pytest.mark.parametrize("split", [1, 2, 3])

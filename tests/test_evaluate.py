@@ -113,7 +113,7 @@ def test_threshold_is_chosen_on_val_only(project: Path, cfg: EvaluateConfig) -> 
     assert flipped.point.threshold == base.point.threshold
     assert flipped.calibration == base.calibration and base.calibration.method == "platt"
     assert flipped.point.rule == base.point.rule
-    assert flipped.metrics["test/file_f1"] != base.metrics["test/file_f1"]
+    assert flipped.metrics["test/clip_f1"] != base.metrics["test/clip_f1"]
     val_path = project / "data" / "processed" / "val.h5"
     with h5py.File(val_path, "r") as f:
         val_labels = f[H5_LABELS][:]
@@ -125,7 +125,7 @@ def test_target_criterion_reaches_its_target_on_val(project: Path,
                                                     cfg: EvaluateConfig) -> None:
     target = dataclasses.replace(cfg, criterion="target_sensitivity", target=1.0)
     result = _evaluate(project, target)
-    assert result.point.met and result.metrics["val/file_recall"] == 1.0
+    assert result.point.met and result.metrics["val/clip_recall"] == 1.0
     f1 = _evaluate(project, cfg)
     assert result.point.threshold <= f1.point.threshold
 
@@ -141,7 +141,7 @@ def test_placements_and_batch_sizes_give_the_same_scores(project: Path,
     for other in (stream, one_file, cpu_capped):
         np.testing.assert_allclose(other.test.scores.seg_probs, ram.test.scores.seg_probs,
                                    atol=1e-6)
-        assert other.metrics["test/file_f1"] == ram.metrics["test/file_f1"]
+        assert other.metrics["test/clip_f1"] == ram.metrics["test/clip_f1"]
     assert one_file.test.scores.batch_files == 1
     assert cpu_capped.test.scores.batch_files == 3               # on CPU, the CPU cap
     assert ram.test.scores.batch_files == SPLIT_FILES["test"]   # every file in one pass
@@ -169,13 +169,13 @@ def test_multi_class_model_reports_per_class_metrics(tmp_path: Path,
     result = _evaluate(tmp_path, cfg, decision=dataclasses.replace(DECISION, prob_mode="aux"))
     m = result.metrics
     for split in ("val", "test"):    # F1 always; a rate only where its denominator is not empty
-        for name, level in itertools.product(KNOWN_CLASSES, ("file", "seg")):
+        for name, level in itertools.product(KNOWN_CLASSES, ("clip", "seg")):
             assert f"{split}/class/{name}/{level}_f1_ci_low" in m
     bounded = [k.removesuffix("_ci_low") for k in m if "/class/" in k and k.endswith("_ci_low")]
     assert {k.rsplit("_", 1)[-1] for k in bounded} == {"precision", "recall", "f1"}
     for figure in bounded:
         assert m[f"{figure}_ci_low"] <= m[figure] <= m[f"{figure}_ci_high"], figure
-    assert result.metrics["test/file_roc_auc"] > 0.8
+    assert result.metrics["test/clip_roc_auc"] > 0.8
 
 
 def test_mismatched_features_are_refused(project: Path, cfg: EvaluateConfig) -> None:
@@ -213,7 +213,7 @@ def test_stage_writes_outputs_and_logs_to_mlflow(project: Path,
     assert saved.voting.rule == metrics["eval/rule"] == "long_vote"
     assert saved.quality == load_section(PARAMS, "build").quality   # predict's signal checks
     for split in ("val", "test"):             # every file and segment figure has its interval
-        for key in ("file_f1", "file_roc_auc", "file_specificity", "seg_f1", "seg_roc_auc",
+        for key in ("clip_f1", "clip_roc_auc", "clip_specificity", "seg_f1", "seg_roc_auc",
                     "seg_pr_auc", "seg_recall"):
             name = f"{split}/{key}"
             assert metrics[f"{name}_ci_low"] <= metrics[name] <= metrics[f"{name}_ci_high"], name
@@ -222,8 +222,8 @@ def test_stage_writes_outputs_and_logs_to_mlflow(project: Path,
     assert list(rows[0]) == ["split", "recording_id", "clip", "group", "label", "leak",
                              "leak_score", "leak_prob", "frac_long_over", "leak_decision",
                              "top_class"]
-    assert sum(r["leak_decision"] == "LEAK" for r in rows) == metrics["test/file_tp"] + \
-        metrics["test/file_fp"]
+    assert sum(r["leak_decision"] == "LEAK" for r in rows) == metrics["test/clip_tp"] + \
+        metrics["test/clip_fp"]
     plots = project / "plots" / "eval"
     confusion = json.loads((plots / "confusion.json").read_text())
     assert len(confusion) == SPLIT_FILES["test"] and set(confusion[0]) == {"actual", "predicted"}
@@ -251,7 +251,7 @@ def test_stage_writes_outputs_and_logs_to_mlflow(project: Path,
                              output_format="list")[0]
     assert run.data.tags[tracking.TAG_TRAIN_RUN] == train_run.run_id
     assert tracking.TAG_UNVALIDATED not in run.data.tags
-    assert run.data.metrics["test/file_f1"] == pytest.approx(metrics["test/file_f1"])
+    assert run.data.metrics["test/clip_f1"] == pytest.approx(metrics["test/clip_f1"])
     artifacts = {a.path for a in mlflow.MlflowClient().list_artifacts(run.info.run_id,
                                                                       "evaluate")}
     for name in ("confusion_test.png", "roc_test.png", "pr_test.png", "threshold_val.png",

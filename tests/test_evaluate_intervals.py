@@ -40,7 +40,7 @@ def test_file_and_segment_figures_get_intervals_that_bracket_them() -> None:
     table, seg_probs = _split()
     file_score = seg_probs.max(axis=(1, 2))                   # any segment: scores spread
     got = split_figures("val", table, file_score >= 0.9, file_score, seg_probs, 0.5, RESAMPLING)
-    _assert_bracketed(got, "val/file", BINARY_FIGURES)
+    _assert_bracketed(got, "val/clip", BINARY_FIGURES)
     _assert_bracketed(got, "val/seg", BINARY_FIGURES)
     plain = split_figures("val", table, file_score >= 0.9, file_score, seg_probs, 0.5, None)
     assert not any("_ci_" in key for key in plain)
@@ -57,7 +57,7 @@ def test_per_class_rates_get_intervals_that_bracket_them() -> None:
                         rng.integers(0, 3, n))                     # 60 % right, rest random
     got = class_figures("test", table, class_probs, seg_pred, per_file, RESAMPLING)
     for name in CLASSES:
-        for level in ("file", "seg"):
+        for level in ("clip", "seg"):
             _assert_bracketed(got, f"test/class/{name}/{level}", ("precision", "recall", "f1"))
             assert f"test/class/{name}/{level}_support_ci_low" not in got
 
@@ -73,4 +73,4 @@ def test_identical_segments_give_the_intervals_of_their_file() -> None:
     for name in BINARY_FIGURES:
         for suffix in ("", "_ci_low", "_ci_high"):
             assert got[f"test/seg_{name}{suffix}"] == pytest.approx(
-                got[f"test/file_{name}{suffix}"]), name + suffix
+                got[f"test/clip_{name}{suffix}"]), name + suffix

@@ -154,12 +154,12 @@ def test_no_resamples_means_no_intervals() -> None:
 def test_class_metrics_names_and_values() -> None:
     labels = np.array([0, 0, 1, 2, 2, 2])
     pred = np.array([0, 1, 1, 2, 2, 0])
-    got = class_metrics("test", "file", labels, pred, ("BACKGROUND", "LEAK", "NORMAL"))
-    assert got["test/class/LEAK/file_precision"] == 0.5
-    assert got["test/class/LEAK/file_recall"] == 1.0
-    assert got["test/class/NORMAL/file_recall"] == pytest.approx(2 / 3)
-    assert got["test/class/BACKGROUND/file_support"] == 2.0
-    assert got["test/class/NORMAL/file_f1"] == pytest.approx(f1_score(labels, pred,
+    got = class_metrics("test", "clip", labels, pred, ("BACKGROUND", "LEAK", "NORMAL"))
+    assert got["test/class/LEAK/clip_precision"] == 0.5
+    assert got["test/class/LEAK/clip_recall"] == 1.0
+    assert got["test/class/NORMAL/clip_recall"] == pytest.approx(2 / 3)
+    assert got["test/class/BACKGROUND/clip_support"] == 2.0
+    assert got["test/class/NORMAL/clip_f1"] == pytest.approx(f1_score(labels, pred,
                                                                        average=None)[2])
 
 

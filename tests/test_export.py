@@ -45,7 +45,7 @@ def detector_file(path: Path, model_cfg: ModelConfig = LEVEL_MODEL,
         data_class_names=KNOWN_CLASSES, binary=classes == BINARY_CLASSES,
         features=SMALL_FEATURES,
         voting=VotingConfig(prob_mode="blend", rule="long_vote", vote_fraction=0.5),
-        threshold=threshold, metrics={"test/file_f1": 0.5}, input_norm=input_norm))
+        threshold=threshold, metrics={"test/clip_f1": 0.5}, input_norm=input_norm))
     return path
 
 

@@ -56,7 +56,7 @@ class RecordingTracker(NullTracker):
 
 EPOCH_METRICS = ("train/loss", "train/accuracy", "train/lr", "train/grad_norm_mean",
                  "train/grad_norm_max", "val/loss", "val/seg_precision", "val/seg_recall",
-                 "val/seg_f1", "val/file_f1", "val/file_threshold", "vitals/samples_per_s",
+                 "val/seg_f1", "val/clip_f1", "val/clip_threshold", "vitals/samples_per_s",
                  "val/pred_share/LEAK")
 
 
@@ -81,8 +81,8 @@ def test_fit_learns_the_leaks_in_both_label_modes(train_cfg: TrainConfig, tmp_pa
         # MLflow's run page orders chart sections by name: the learning curves come first
         sections = sorted({name.split("/")[0] for name in metrics if "/" in name})
         assert sections[:2] == ["train", "val"], sections
-    assert result.best_metrics["val/file_f1"] >= LEARNED_F1, result.best_metrics
-    assert result.best_metrics["val/file_roc_auc"] >= LEARNED_ROC_AUC, result.best_metrics
+    assert result.best_metrics["val/clip_f1"] >= LEARNED_F1, result.best_metrics
+    assert result.best_metrics["val/clip_roc_auc"] >= LEARNED_ROC_AUC, result.best_metrics
     assert len(result.history) == 3 and result.epochs_run == 3
     grid = threshold_grid(DECISION.threshold_min, DECISION.threshold_max,
                           DECISION.threshold_step)
@@ -181,17 +181,17 @@ def test_monitor_falls_back_to_val_loss_without_leaks(train_cfg: TrainConfig,
                  tracker=NullTracker(),
                  checkpoint_dir=tmp_path)
     assert result.monitor == "val/loss"
-    assert result.history[0]["val/file_f1"] == 0.0
+    assert result.history[0]["val/clip_f1"] == 0.0
 
 
 def test_early_stopping_on_val_roc_auc_keeps_the_epoch_with_the_best_ranking(
         train_cfg: TrainConfig, tmp_path: Path) -> None:
-    cfg = dataclasses.replace(train_cfg, monitor="val/file_roc_auc")
+    cfg = dataclasses.replace(train_cfg, monitor="val/clip_roc_auc")
     result = _fit(cfg, tmp_path)
-    assert result.monitor == "val/file_roc_auc"
-    aucs = [h["val/file_roc_auc"] for h in result.history]
+    assert result.monitor == "val/clip_roc_auc"
+    aucs = [h["val/clip_roc_auc"] for h in result.history]
     assert all(0.0 <= a <= 1.0 for a in aucs)
-    assert result.best_metrics["val/file_roc_auc"] == max(aucs)
+    assert result.best_metrics["val/clip_roc_auc"] == max(aucs)
     assert result.best_epoch == aucs.index(max(aucs))      # the first of equals
 
 

@@ -41,8 +41,8 @@ def _inputs(**changes: object) -> CardInputs:
     conditions = {i: {"material": "plastic" if int(i.split("r")[-1].split(".")[0]) >= 24
                       else "metal", "sample_rate": "4096"} for i in set(ids)}
     base = CardInputs(
-        network=_network(), metrics={"test/file_f1": 0.8, "test/file_f1_ci_low": 0.7,
-                                     "test/file_f1_ci_high": 0.9, "test/ece": 0.05,
+        network=_network(), metrics={"test/clip_f1": 0.8, "test/clip_f1_ci_low": 0.7,
+                                     "test/clip_f1_ci_high": 0.9, "test/ece": 0.05,
                                      "test/ece_uncalibrated": 0.12},
         rule="long_vote", threshold=0.3, prob_threshold=0.41, criterion="f1", confidence=0.95,
         model_sha="ab" * 32, test_sha="cd" * 32, training="trained on the train split",

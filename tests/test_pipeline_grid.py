@@ -54,9 +54,9 @@ def test_segmentation_grid_runs_queued_experiments_two_at_a_time(
     with (project / "reports/grid/grid.csv").open(newline="") as handle:
         rows = {r["experiment"]: r for r in csv.DictReader(handle)}
     assert set(rows) == CELLS and all(r["status"] == "done" for r in rows.values()), rows
-    assert all(0 <= float(r["test.file_f1"]) <= 1 for r in rows.values())
+    assert all(0 <= float(r["test.clip_f1"]) <= 1 for r in rows.values())
     assert (project / "reports/grid/heatmap.png").stat().st_size > 0
-    assert "best test.file_f1" in out
+    assert "best test.clip_f1" in out
     for name in CELLS:
         log = run([dvc, "queue", "logs", name], project)
         assert "Stage 'evaluate'" in log or "Running stage 'evaluate'" in log, log
@@ -72,8 +72,8 @@ def test_segmentation_grid_runs_queued_experiments_two_at_a_time(
     client = MlflowClient(tracking_uri=f"sqlite:///{project / 'mlruns' / 'mlflow.db'}")
     runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
     (study,) = [r for r in runs if r.data.tags.get("leakpipe.stage") == "study"]
-    assert study.data.metrics["best/test.file_f1"] == max(
-        float(r["test.file_f1"]) for r in rows.values())
+    assert study.data.metrics["best/test.clip_f1"] == max(
+        float(r["test.clip_f1"]) for r in rows.values())
     for name in CELLS:
         mine = [r for r in runs if r.data.tags.get("dvc.exp_name") == name]
         assert mine and all(r.info.status == "FINISHED" for r in mine), name

@@ -90,7 +90,7 @@ def _project(tmp_path: Path) -> Path:
     shutil.copytree(REPO / "plots", project / "plots")
     history = project / "plots" / "train" / "history.csv"
     if not history.is_file():     # a DVC-cached output: absent from a fresh clone until dvc pull
-        history.write_text("epoch,train/loss,val/loss,train/lr,val/file_f1\n"
+        history.write_text("epoch,train/loss,val/loss,train/lr,val/clip_f1\n"
                            "0,1.2,1.3,0.002,0.6\n1,0.9,1.1,0.001,0.7\n")
     shipped = project / "plots" / "ship" / "confusion.json"
     if not shipped.is_file():     # ship's output, in git from the next committed `dvc repro` on

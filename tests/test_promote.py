@@ -147,7 +147,7 @@ def test_ship_registers_the_evaluated_cnn_and_the_first_promote_crowns_it(
     assert candidate is not None and candidate.version == "1"
     assert ship_run.data.tags[tracking.TAG_REGISTERED_VERSION] == f"{NAME}/1"
     assert tracking.TAG_REGISTERED_VERSION not in evaluate_run.data.tags
-    f1 = json.loads((project / "metrics" / "eval.json").read_text())["test"]["file_f1"]
+    f1 = json.loads((project / "metrics" / "eval.json").read_text())["test"]["clip_f1"]
     recording_f1 = json.loads((project / "metrics" / "ship.json").read_text())["test"][
         "recording_f1"]
     assert candidate.tags[tracking.TAG_DETECTOR_KIND] == "cnn"

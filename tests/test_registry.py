@@ -60,8 +60,8 @@ def test_ship_registers_a_described_version_of_a_described_model(project: Path) 
     version = client.get_model_version_by_alias(NAME, tracking.ALIAS_CANDIDATE)
     text = version.description
     test = json.loads((project / "metrics" / "eval.json").read_text())["test"]
-    f1 = f"| F1 | {test['file_f1']:.3f} [{test['file_f1_ci_low']:.3f}, " \
-         f"{test['file_f1_ci_high']:.3f}] |"
+    f1 = f"| F1 | {test['clip_f1']:.3f} [{test['clip_f1_ci_low']:.3f}, " \
+         f"{test['clip_f1_ci_high']:.3f}] |"
     card = (project / "reports" / "shipped_model_card.md").read_text()
     evaluate_card = (project / "reports" / "model_card.md").read_text()
     assert card.startswith(evaluate_card.rstrip())      # evaluate's card of the network, then
@@ -74,7 +74,7 @@ def test_ship_registers_a_described_version_of_a_described_model(project: Path) 
     assert text.startswith(f"# Model card: leak detector {sha[:12]}")
     assert "- LeakCNN on log-mel segments" in text
     assert f1 in text and "ROC-AUC" in text and "95% intervals resampling recordings" in text
-    assert f"| sensitivity | {test['file_recall']:.3f} [" in text
+    assert f"| sensitivity | {test['clip_recall']:.3f} [" in text
     assert f"trained on the train split sha256 {'a' * 12}, val split sha256 {'b' * 12}" in text
     assert train_run.run_id not in card and f"sha256 {sha[:12]}" in text
     test_sha = file_sha256(project / "data" / "processed" / "test.h5")

@@ -128,7 +128,7 @@ def test_stage_applies_each_rule(rule: str, threshold: float, vote: float, probs
                           _point(rule, threshold, vote), cfg, 0.5, binary=True, bootstrap=False)
     assert result.decision.tolist() == [leak]
     assert result.rows(IDENTITY)[0]["leak_decision"] == ("LEAK" if leak else "NOLEAK")
-    assert result.metrics["test/file_recall"] == float(leak)
+    assert result.metrics["test/clip_recall"] == float(leak)
 
 
 def test_frac_long_over_counts_long_segments_at_the_threshold() -> None:

@@ -127,10 +127,10 @@ def test_tune_dashboard_lists_the_study(tmp_path: Path, monkeypatch: pytest.Monk
     assert [s["study_name"] for s in studies] == [summary.study_name]
     assert bound == {"127.0.0.1"}
     # the study's own page, not the root; the objective by its name, not "Objective 0"
-    assert banner.startswith(f"tune dashboard: study {summary.study_name} (val/file_f1) at "
+    assert banner.startswith(f"tune dashboard: study {summary.study_name} (val/clip_f1) at "
                              f"http://{HOST}:{port}/dashboard/studies/{study_id} "), banner
     assert detail["name"] == summary.study_name
-    assert detail["objective_names"] == ["val/file_f1"]
+    assert detail["objective_names"] == ["val/clip_f1"]
 
 
 def test_tune_dashboard_opens_on_the_newest_study_or_the_one_named(
@@ -145,7 +145,7 @@ def test_tune_dashboard_opens_on_the_newest_study_or_the_one_named(
     optuna.create_study(storage=storage, study_name="old")            # not named: as before
     open_study(storage, "new", cfg)
     newest = pick_study(storage, spec, None)
-    assert (newest.name, newest.objective, newest.studies) == ("new", "val/file_f1", 2)
+    assert (newest.name, newest.objective, newest.studies) == ("new", "val/clip_f1", 2)
     line = banner(newest, spec, HOST, 8080)
     assert f"at http://{HOST}:8080/dashboard/studies/{newest.study_id} " in line
     assert "1 other study there (--study NAME)" in line

@@ -75,22 +75,22 @@ def test_table_marks_each_cell_done_failed_or_invalid(features: FeatureConfig) -
     at_8k = dataclasses.replace(features, sample_rate=8000, fmax=4000.0)
     plan = plan_grid([0.125, 0.25], [512, 1024], at_8k)
     results = {Cell(0.125, 512): {"status": STATUS_DONE,
-                                  "metrics": {"test": {"file_f1": 0.7, "file_accuracy": 0.8}}},
+                                  "metrics": {"test": {"clip_f1": 0.7, "clip_accuracy": 0.8}}},
                Cell(0.25, 512): {"status": STATUS_DONE,
-                                 "metrics": {"test": {"file_f1": 0.9}}}}
-    rows = table_rows(plan, results, ["test.file_f1", "test/file_accuracy"])
+                                 "metrics": {"test": {"clip_f1": 0.9}}}}
+    rows = table_rows(plan, results, ["test.clip_f1", "test/clip_accuracy"])
     by_cell = {(r["long_window_s"], r["short_window"]): r for r in rows}
     assert [r["status"] for r in rows] == [STATUS_DONE, STATUS_INVALID, STATUS_DONE,
                                            STATUS_FAILED]
     assert by_cell[(0.125, 1024)]["experiment"] == "" and by_cell[(0.125, 1024)]["note"]
-    assert by_cell[(0.125, 512)]["test/file_accuracy"] == 0.8
-    assert math.isnan(by_cell[(0.25, 512)]["test/file_accuracy"])   # absent: NaN, not 0
-    assert best_cell(rows, "test.file_f1")["short_window"] == 512
-    assert best_cell(rows, "test.file_f1")["long_window_s"] == 0.25
-    records = heatmap_records(rows, "test.file_f1")
+    assert by_cell[(0.125, 512)]["test/clip_accuracy"] == 0.8
+    assert math.isnan(by_cell[(0.25, 512)]["test/clip_accuracy"])   # absent: NaN, not 0
+    assert best_cell(rows, "test.clip_f1")["short_window"] == 512
+    assert best_cell(rows, "test.clip_f1")["long_window_s"] == 0.25
+    records = heatmap_records(rows, "test.clip_f1")
     assert [(r["long_window_s"], r["short_window"]) for r in records] == [(0.125, 512),
                                                                         (0.25, 512)]
-    figure = heatmap_figure(rows, "test.file_f1", "t")
+    figure = heatmap_figure(rows, "test.clip_f1", "t")
     texts = sorted(t.get_text() for t in figure.axes[0].texts)
     assert texts == ["0.700", "0.900", "failed", "n/a"]
 
@@ -104,6 +104,6 @@ def test_best_cell_on_a_tie_is_the_first_in_grid_order() -> None:
 
 
 def test_metric_value_reads_nested_keys() -> None:
-    assert metric_value({"test": {"file_f1": 1}}, "test/file_f1") == 1.0
-    assert math.isnan(metric_value({"test": {"file_f1": "x"}}, "test.file_f1"))
-    assert math.isnan(metric_value({}, "test.file_f1"))
+    assert metric_value({"test": {"clip_f1": 1}}, "test/clip_f1") == 1.0
+    assert math.isnan(metric_value({"test": {"clip_f1": "x"}}, "test.clip_f1"))
+    assert math.isnan(metric_value({}, "test.clip_f1"))

@@ -6,8 +6,8 @@ from leakpipe.train.outputs import history_csv, nest
 
 
 def test_nest_turns_hierarchical_names_into_groups() -> None:
-    assert nest({"val/file_f1": 1.0, "val/pred_share/LEAK": 0.2, "best_epoch": 3}) == {
-        "val": {"file_f1": 1.0, "pred_share": {"LEAK": 0.2}}, "best_epoch": 3}
+    assert nest({"val/clip_f1": 1.0, "val/pred_share/LEAK": 0.2, "best_epoch": 3}) == {
+        "val": {"clip_f1": 1.0, "pred_share": {"LEAK": 0.2}}, "best_epoch": 3}
 
 
 def test_history_csv_has_a_column_per_metric_and_blank_gaps() -> None:

@@ -49,7 +49,7 @@ TRAIN = {"epochs": 3, "batch_size": 32, "learning_rate": 0.01, "eta_min": 1e-4,
          "warmup_epochs": 0.5, "early_stop_patience": 5, "keep_last_checkpoints": 2}
 DECISION = {"threshold_min": 0.1, "threshold_max": 0.85, "threshold_step": 0.15}
 MONITOR = {"interval_s": 0.05, "mlflow_interval_s": 0.5}
-HISTORY_COLUMNS = ("epoch", "train/loss", "val/loss", "val/file_f1", "train/lr")
+HISTORY_COLUMNS = ("epoch", "train/loss", "val/loss", "val/clip_f1", "train/lr")
 # Floors a network that learned the easy splits clears on any CPU's float kernels: measured val
 # F1 / ROC-AUC 1.0 at epochs 1-2 (`make test-kernels` too), 0.4-0.5 / 0.52-0.79 after epoch 0.
 LEARNED_F1, LEARNED_ROC_AUC = 0.75, 0.9
@@ -193,9 +193,9 @@ def test_stage_writes_the_network_and_the_threshold_chosen_on_val(trained: Train
     assert trained.rc == 0
     metrics = read_metrics(trained.ws)
     network = load_network(trained.ws.model)
-    assert metrics["val"]["file_f1"] >= LEARNED_F1, metrics["val"]        # easy data: learned
-    assert metrics["val"]["file_roc_auc"] >= LEARNED_ROC_AUC, metrics["val"]
-    assert metrics["val"]["file_threshold"] == metrics["threshold"] != 0.5
+    assert metrics["val"]["clip_f1"] >= LEARNED_F1, metrics["val"]        # easy data: learned
+    assert metrics["val"]["clip_roc_auc"] >= LEARNED_ROC_AUC, metrics["val"]
+    assert metrics["val"]["clip_threshold"] == metrics["threshold"] != 0.5
     raw = torch.load(trained.ws.model, weights_only=True)
     assert raw["format"] == "leakpipe.network"
     assert not {"threshold", "voting", "metrics"} & set(raw)      # no operating point, no timings
@@ -213,14 +213,14 @@ def test_metrics_file_and_plot_data(trained: Trained) -> None:
     cfg = load_section(trained.ws.params, "train")
     assert metrics["epochs_run"] == cfg.epochs == metrics["epochs_this_run"]
     assert metrics["stop_reason"] == "completed all epochs" and metrics["placement"] == "ram"
-    assert metrics["monitor"] == "val/file_f1"
+    assert metrics["monitor"] == "val/clip_f1"
     lines = trained.ws.plots.read_text().splitlines()
     header = lines[0].split(",")
     assert set(HISTORY_COLUMNS) <= set(header) and header[0] == "epoch"
     rows = [dict(zip(header, line.split(","), strict=True)) for line in lines[1:]]
     assert [int(r["epoch"]) for r in rows] == list(range(cfg.epochs))
     best = rows[metrics["best_epoch"]]
-    assert float(best["val/file_f1"]) == metrics["val"]["file_f1"]
+    assert float(best["val/clip_f1"]) == metrics["val"]["clip_f1"]
     assert float(best["train/loss"]) == metrics["train"]["loss"]
     assert (trained.ws.checkpoints / ck.FINISHED_NAME).is_file()
 
@@ -232,7 +232,7 @@ def test_mlflow_run_holds_params_epochs_artifacts_and_model(trained: Trained) ->
     params = run.data.params
     assert params["train.seed"] == "42" and params["model.widths"] == "8,8,16"
     assert params["preload.placement"] == "ram" and params["monitor.spike_factor"] == "3.0"
-    history = client.get_metric_history(run.info.run_id, "val/file_f1")
+    history = client.get_metric_history(run.info.run_id, "val/clip_f1")
     assert sorted(m.step for m in history) == [0, 1, 2]
     for name in ("vitals/step_p50_ms", "vitals/step_p99_ms", "vitals/data_wait_frac",
                  "vitals/step_spikes", "vitals/samples_per_s", "vitals/cpu_percent_mean"):
@@ -262,11 +262,11 @@ def test_the_run_page_shows_curves_and_says_which_epoch_won(trained: Trained) ->
         run.info.run_id, stage.BEST_EPOCH_TABLE, str(trained.ws.root))).read_text())
     rows = dict(table["data"]) if table["columns"] == ["metric", "value"] else {}
     assert rows["epoch"] == metrics["best_epoch"]                 # MLflow's JSON: 10 digits
-    assert [rows["val/file_f1"], rows["train/loss"]] == pytest.approx(
-        [metrics["val"]["file_f1"], metrics["train"]["loss"]], rel=1e-9)
+    assert [rows["val/clip_f1"], rows["train/loss"]] == pytest.approx(
+        [metrics["val"]["clip_f1"], metrics["train"]["loss"]], rel=1e-9)
     note = run.data.tags["mlflow.note.content"].split("\n\n")[-1]
     assert note.startswith(f"Best epoch {metrics['best_epoch'] + 1} of 3 (step "
-                           f"{metrics['best_epoch']} in the charts): val/file_f1 ")
+                           f"{metrics['best_epoch']} in the charts): val/clip_f1 ")
     assert run.info.start_time <= round(trained.loading_at * 1000) + 1
 
 
@@ -284,7 +284,7 @@ def test_confusion_artifact_is_the_best_epochs(trained: Trained) -> None:
     (_, fp), (fn, tp) = files
     metrics = read_metrics(trained.ws)                              # the best epoch's figures
     assert confusion["threshold"] == metrics["threshold"]
-    assert 2 * tp / (2 * tp + fp + fn) == pytest.approx(metrics["val"]["file_f1"])
+    assert 2 * tp / (2 * tp + fp + fn) == pytest.approx(metrics["val"]["clip_f1"])
     assert np.asarray(confusion["segment"]).sum() == val_files * 49
 
 

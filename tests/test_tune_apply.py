@@ -50,7 +50,7 @@ def params(tmp_path: Path) -> Path:
 
 
 def _best_file(tmp_path: Path, values: dict) -> Path:
-    summary = StudySummary(study_name="s-123", objective="val/file_f1", direction="maximize",
+    summary = StudySummary(study_name="s-123", objective="val/clip_f1", direction="maximize",
                            counts={"COMPLETE": 3}, retried=0, best_trial=2, best_value=0.9,
                            best_values=values)
     path = tmp_path / "tuning" / "best_params.yaml"

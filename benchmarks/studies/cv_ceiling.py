@@ -48,7 +48,7 @@ from leakpipe.preload import plan_training, read_shapes  # noqa: E402
 from leakpipe.runtime import make_runtime  # noqa: E402
 
 RESULTS = cv_recipe.RESULTS
-FIGURES = ("roc_auc", "file_f1", "balanced_accuracy")
+FIGURES = ("roc_auc", "clip_f1", "balanced_accuracy")
 BIG = "@big"       # suffix of a method trained on the big rendering
 
 
@@ -153,11 +153,11 @@ def run_seed(seed: int, args: argparse.Namespace, work: Path) -> dict[str, Any]:
 
 
 def big_curve(big: Path) -> dict[str, Any]:
-    """The big rendering's CNN: its val file F1 and loss per epoch, and the epoch it kept."""
+    """The big rendering's CNN: its val clip F1 and loss per epoch, and the epoch it kept."""
     with (big / "history.csv").open(newline="") as f:
         rows = list(csv.DictReader(f))
     best = json.loads((big / "train.json").read_text())["best_epoch"]
-    return {"cnn_val_file_f1_per_epoch": [round(float(r["val/file_f1"]), 3) for r in rows],
+    return {"cnn_val_clip_f1_per_epoch": [round(float(r["val/clip_f1"]), 3) for r in rows],
             "cnn_val_loss_per_epoch": [round(float(r["val/loss"]), 3) for r in rows],
             "cnn_best_epoch": int(best) + 1}
 

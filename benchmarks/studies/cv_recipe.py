@@ -5,7 +5,7 @@ Renders the small-network scenario (`leakpipe synth --scenario small_network`; d
 into a scratch folder unless ``--source`` names recordings, then runs ``leakpipe cv --source``
 once per variant, each a set of params overrides on top of ``--params`` with the CNN's full
 training budget (``cv.epochs`` = ``train.epochs``, every batch). Writes one JSON with, per
-variant: the pooled ROC-AUC / file F1 / balanced accuracy of every method with its
+variant: the pooled ROC-AUC / clip F1 / balanced accuracy of every method with its
 site-bootstrap interval, the paired CNN-minus-best-baseline difference, and the CNN's inner-val
 F1 per epoch in every fold (does it still peak at epoch 1?).
 
@@ -48,7 +48,7 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "none_mean": ("level kept + the clip's mean segment probability (a leak is stationary)",
                   {**NO_HEAD, "decision.rule": "mean"}),
     "none_auc": ("level kept + early stopping on val ROC-AUC: with 2-3 val sites F1 ties",
-                 {**NO_HEAD, "train.monitor": "val/file_roc_auc"}),
+                 {**NO_HEAD, "train.monitor": "val/clip_roc_auc"}),
     "none_reg": ("level kept + dropout 0.5, weight decay 0.05, label smoothing 0.1",
                  {**NO_HEAD, "model.dropout": 0.5, "train.weight_decay": 0.05,
                   "train.label_smoothing": 0.1}),
@@ -178,7 +178,7 @@ def run_variant(name: str, source: Path, params: Path, folds: int, out: Path) ->
         cnn = json.loads(result.read_text())["methods"].get("cnn")
         if cnn:
             histories.append([h.get(monitor) for h in cnn["info"]["history"]])
-    figures = ("roc_auc", "file_f1", "balanced_accuracy")
+    figures = ("roc_auc", "clip_f1", "balanced_accuracy")
     return {"seconds": time.perf_counter() - start,
             "methods": {m: {f: {k: v[f][k] for k in ("mean", "ci_low", "ci_high")}
                             for f in figures} for m, v in summary["methods"].items()},

@@ -134,7 +134,7 @@ def rounds_figure(rows: Sequence[Mapping[str, Any]]) -> Figure:
     x = [r["round"] for r in rows]
     for key, label, marker in (("check_fpr", "field check FPR", "o"),
                                ("check_sensitivity", "field check sensitivity", "s"),
-                               ("val_f1", "val file F1", "^")):
+                               ("val_f1", "val clip F1", "^")):
         y = [math.nan if r[key] is None else r[key] for r in rows]
         left.plot(x, y, marker=marker, label=label)
         rejected = [(xi, yi) for xi, yi, r in zip(x, y, rows, strict=True)

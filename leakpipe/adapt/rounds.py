@@ -101,7 +101,7 @@ def choose_on_val(network: Network, val_path: Path, plan: Mapping[str, Any],
         network, voting=VotingConfig(prob_mode=decision.prob_mode, rule=point.rule,
                                      vote_fraction=point.vote_fraction),
         threshold=point.threshold,
-        metrics={f"val/file_{k}": v for k, v in figures.items() if np.isfinite(v)},
+        metrics={f"val/clip_{k}": v for k, v in figures.items() if np.isfinite(v)},
         batch_limits=limits, min_clip_fraction=min_clip_fraction,
         calibration=fit_platt(file_score, truth), domain=domain, quality=quality)
     return ValChoice(detector, point, figures)

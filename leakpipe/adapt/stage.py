@@ -7,8 +7,8 @@
    unlabelled pool, whose recordings get pseudo-labels (``leakpipe.adapt.pseudo``).
 1. Each round fine-tunes the previous round's network with ``fit()`` on the labelled train
    split plus the pseudo-labelled pool segments, re-chooses the operating point on val and
-   scores the labelled field check set: a round whose val file F1 (with ``adapt.check_guard``
-   also its check-set file F1) falls more than ``adapt.tolerance`` below the seed detector's
+   scores the labelled field check set: a round whose val clip F1 (with ``adapt.check_guard``
+   also its check-set clip F1) falls more than ``adapt.tolerance`` below the seed detector's
    (round 0's, whichever round came before, so small losses cannot add up over rounds) is
    rejected, nothing of it is kept as the result, and adaptation stops with that reason. An
    accepted round's pool pseudo-labels feed the next round. The steps of a round, each in a

@@ -37,7 +37,7 @@ class PairedTest:
 
 
 def read_eval_metrics(path: Path) -> dict[str, Any] | None:
-    """evaluate's metrics as flat ``test/file_f1`` names; None when the file does not exist."""
+    """evaluate's metrics as flat ``test/clip_f1`` names; None when the file does not exist."""
     try:
         raw = json.loads(path.read_text())
     except FileNotFoundError:

@@ -37,13 +37,13 @@ from leakpipe.metric_names import json_safe, nest
 CNN = "cnn"
 LEVEL_MODEL = "level_logreg"
 PLOT_FILE = "comparison.json"
-COMPARED = ("file_f1", "file_roc_auc")   # figures the comparison shows, with intervals
+COMPARED = ("clip_f1", "clip_roc_auc")   # figures the comparison shows, with intervals
 
 
 @dataclass(frozen=True)
 class BaselineReport:
     results: dict[str, ModelResult]
-    comparison: dict[str, Any]        # flat: best_baseline, cnn_file_f1, margin_file_f1, ...
+    comparison: dict[str, Any]        # flat: best_baseline, cnn_clip_f1, margin_clip_f1, ...
 
 
 # -- comparison ---------------------------------------------------------------------------------
@@ -53,7 +53,7 @@ def cnn_figures(eval_metrics: Mapping[str, Any] | None, test_files: int,
     """The CNN's compared test figures from evaluate's flat metrics ({} when absent)."""
     if eval_metrics is None:
         return {}
-    files = eval_metrics.get("test/files")
+    files = eval_metrics.get("test/clips")
     if files != test_files:
         shown = int(files) if isinstance(files, int | float) else "no"
         raise DataError(f"{source}: evaluated {shown} test clips, the test split holds "
@@ -76,20 +76,20 @@ def compare(results: Mapping[str, ModelResult], cnn: Mapping[str, float],
     out: dict[str, Any] = {}
     mfcc = [r for r in results.values() if FEATURE_SET[r.name] == MFCC]
     if mfcc:
-        best = max(mfcc, key=lambda r: r.metrics["test/file_f1"])  # first of equals
+        best = max(mfcc, key=lambda r: r.metrics["test/clip_f1"])  # first of equals
         out["best_baseline"] = best.name
         out.update(_figures("baseline", best.metrics))
     if cnn:
         out.update({f"cnn_{k}": v for k, v in cnn.items()})
     if mfcc and cnn:
-        out["margin_file_f1"] = cnn["file_f1"] - out["baseline_file_f1"]
+        out["margin_clip_f1"] = cnn["clip_f1"] - out["baseline_clip_f1"]
     if mfcc and paired is not None:
         interval = paired_f1_difference(paired.truth, paired.cnn_decision, best.test_decision,
                                         paired.recording_id, resamples=paired.resamples,
                                         confidence=paired.confidence, seed=paired.seed)
         if interval is not None:
-            out["margin_file_f1_ci_low"] = interval.low
-            out["margin_file_f1_ci_high"] = interval.high
+            out["margin_clip_f1_ci_low"] = interval.low
+            out["margin_clip_f1_ci_high"] = interval.high
     if LEVEL_MODEL in results:
         out.update(_figures("level", results[LEVEL_MODEL].metrics))
     return out
@@ -130,7 +130,7 @@ def compare_models(paths: Mapping[str, Path], cfg: BaselinesConfig, ev: Evaluate
 # -- outputs ------------------------------------------------------------------------------------
 
 def flat_metrics(report: BaselineReport) -> dict[str, Any]:
-    """Every figure of the report as ``<model>/test/file_f1``, ``comparison/...`` names."""
+    """Every figure of the report as ``<model>/test/clip_f1``, ``comparison/...`` names."""
     out: dict[str, Any] = {}
     for name, result in report.results.items():
         out.update({f"{name}/{k}": v for k, v in result.metrics.items()})
@@ -143,13 +143,13 @@ def plot_records(report: BaselineReport) -> list[dict[str, Any]]:
     """One bar per model (the CNN first when known): test F1 with its interval, ROC-AUC."""
     c = report.comparison
     rows = []
-    if "cnn_file_f1" in c:
-        rows.append((CNN, c["cnn_file_f1"], c["cnn_file_f1_ci_low"], c["cnn_file_f1_ci_high"],
-                     c["cnn_file_roc_auc"]))
+    if "cnn_clip_f1" in c:
+        rows.append((CNN, c["cnn_clip_f1"], c["cnn_clip_f1_ci_low"], c["cnn_clip_f1_ci_high"],
+                     c["cnn_clip_roc_auc"]))
     for name, r in report.results.items():
         m = r.metrics
-        rows.append((name, m["test/file_f1"], m.get("test/file_f1_ci_low", math.nan),
-                     m.get("test/file_f1_ci_high", math.nan), m["test/file_roc_auc"]))
+        rows.append((name, m["test/clip_f1"], m.get("test/clip_f1_ci_low", math.nan),
+                     m.get("test/clip_f1_ci_high", math.nan), m["test/clip_roc_auc"]))
     keys = ("model", "f1", "ci_low", "ci_high", "roc_auc")
     return [json_safe(dict(zip(keys, row, strict=True))) for row in rows]
 

@@ -82,13 +82,13 @@ def fit_and_select(name: str, train: ClipFeatures, val: ClipFeatures, cfg: Basel
 def split_figures(name: str, split: ClipFeatures, scores: np.ndarray, decision: np.ndarray,
                   ev: EvaluateConfig, *, bootstrap: bool) -> dict[str, float]:
     """evaluate's file-level figures of one split's (F,) decisions (test: with intervals)."""
-    out = prefixed(f"{name}/file", binary_figures(split.truth, decision, scores))
+    out = prefixed(f"{name}/clip", binary_figures(split.truth, decision, scores))
     if bootstrap:
         intervals = bootstrap_intervals(split.truth, decision, scores, split.recording_id,
                                         resamples=ev.bootstrap_resamples,
                                         confidence=ev.confidence, seed=ev.seed)
-        out.update(interval_metrics(f"{name}/file", intervals))
-    out[f"{name}/files"] = float(split.n_files)
+        out.update(interval_metrics(f"{name}/clip", intervals))
+    out[f"{name}/clips"] = float(split.n_files)
     return out
 
 

@@ -86,10 +86,10 @@ def _log_model_run(parent_id: str | None, result: ModelResult, cfg: BaselinesCon
 
 
 def summary_line(report: BaselineReport, path: Path) -> str:
-    parts = [f"{name} F1 {r.metrics['test/file_f1']:.3f} (ROC-AUC "
-             f"{r.metrics['test/file_roc_auc']:.3f})" for name, r in report.results.items()]
+    parts = [f"{name} F1 {r.metrics['test/clip_f1']:.3f} (ROC-AUC "
+             f"{r.metrics['test/clip_roc_auc']:.3f})" for name, r in report.results.items()]
     c = report.comparison
-    if "margin_file_f1" in c:
-        parts.append(f"CNN F1 {c['cnn_file_f1']:.3f}, margin over {c['best_baseline']} "
-                     f"{c['margin_file_f1']:+.3f}")
+    if "margin_clip_f1" in c:
+        parts.append(f"CNN F1 {c['cnn_clip_f1']:.3f}, margin over {c['best_baseline']} "
+                     f"{c['margin_clip_f1']:+.3f}")
     return f"baselines: test clips: {'; '.join(parts)} -> {path}"

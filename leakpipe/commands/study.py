@@ -1,7 +1,7 @@
 """`leakpipe study grid`: the segmentation-grid study (paper Fig. 3) as queued DVC experiments.
 
     leakpipe study grid [--quick] [--jobs N] [--long 0.125,0.25,...] [--short 64,128,...]
-                        [--metric test.file_f1] [-S key=value ...] [--force] [--dry-run]
+                        [--metric test.clip_f1] [-S key=value ...] [--force] [--dry-run]
 
 One DVC experiment per (long window, short window) cell, run N at a time with
 `dvc queue start -j N`; the table, heatmap and MLflow run land in reports/grid/.
@@ -62,7 +62,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--jobs", "-j", type=positive_int, default=2,
                         help="experiments run at once (dvc queue start -j; default: 2)")
     parser.add_argument("--metric", action="append", default=None,
-                        help="metrics/eval.json key to tabulate, e.g. test.file_f1 (repeat for "
+                        help="metrics/eval.json key to tabulate, e.g. test.clip_f1 (repeat for "
                              f"more; the first colours the heatmap; default: "
                              f"{' '.join(DEFAULT_METRICS)})")
     parser.add_argument("--set", "-S", action="append", default=[], metavar="KEY=VALUE",

@@ -25,8 +25,8 @@ class AdaptConfig:
     pseudo_per_labelled: float = num(gt=0)
     epochs: int = num(ge=1)
     learning_rate: float = num(gt=0)
-    tolerance: float = num(ge=0, le=1)   # most val file F1 a round may lose against the seed's
-    check_guard: bool         # also reject a round whose check-set file F1 falls beyond tolerance
+    tolerance: float = num(ge=0, le=1)   # most val clip F1 a round may lose against the seed's
+    check_guard: bool         # also reject a round whose check-set clip F1 falls beyond tolerance
     #                           below the seed's
     seed: int = num(ge=0)
 

@@ -11,6 +11,7 @@ key, then runs the dataclass's own ``problems()`` checks.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 import types
 import typing
@@ -24,8 +25,11 @@ from leakpipe.config.data import FEATURE_ADDED_DEFAULTS, FeatureConfig
 from leakpipe.config.fields import NON_FINITE_OK
 from leakpipe.config.sections import SECTIONS
 from leakpipe.errors import ConfigError
+from leakpipe.metric_names import current_name
 
 __all__ = ["bound_problem", "from_mapping", "load_section", "read_params", "stored_features"]
+
+log = logging.getLogger(__name__)
 
 
 def read_params(path: Path | str) -> dict[str, Any]:
@@ -160,6 +164,10 @@ def _convert(value: Any, hint: Any, key: str, source: str, finite: bool = True) 
             raise bad("a mapping with string keys")
         return {k: _convert(v, args[1], f"{key}.{k}", source, finite) for k, v in value.items()}
     if origin is Literal:
+        if isinstance(value, str) and value not in args and current_name(value) in args:
+            log.warning("%s: %s: %r is the old name of %r (a \"file\" was a clip); read as %r",
+                        source, key, value, current_name(value), current_name(value))
+            return current_name(value)
         if value not in args:
             raise bad(f"one of {list(args)}")
         return value

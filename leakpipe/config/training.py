@@ -138,7 +138,7 @@ class TrainConfig:
     leak_aux_weight: float = num(ge=0)
     leak_oversample_factor: int = num(ge=1)
     label_smoothing: float = num(0.0, ge=0, lt=0.5)  # class CE / focal and the aux leak BCE
-    monitor: Literal["val/file_f1", "val/file_roc_auc", "val/loss"]
+    monitor: Literal["val/clip_f1", "val/clip_roc_auc", "val/loss"]
     early_stop_patience: int = num(ge=1)
     early_stop_min_delta: float = num(ge=0)
     keep_last_checkpoints: int = num(ge=1)

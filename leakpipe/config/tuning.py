@@ -96,7 +96,7 @@ class TuneConfig:
     epochs: int = num(ge=1)
     train_fraction: float = num(gt=0, le=1)
     compile: bool
-    objective: Literal["val/file_f1", "val/seg_f1", "val/loss"]
+    objective: Literal["val/clip_f1", "val/seg_f1", "val/loss"]
     direction: Literal["auto", "maximize", "minimize"]
     seed: int = num(ge=0)
     sampler_startup_trials: int = num(ge=0)

@@ -15,7 +15,7 @@ FIGURE_SIZE = (11.0, 4.2)
 def folds_figure(summary: Mapping[str, Any],
                  histories: Sequence[Sequence[Mapping[str, float]]]) -> Figure:
     """Left: recording ROC-AUC per fold (dots) and pooled with its site-bootstrap interval (bar);
-    right: the CNN's val file F1 per epoch in every fold (empty without the CNN)."""
+    right: the CNN's val clip F1 per epoch in every fold (empty without the CNN)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -44,10 +44,10 @@ def folds_figure(summary: Mapping[str, Any],
                    "(red: the selected kind)")
     for f, history in enumerate(histories):
         epochs = [int(h["epoch"]) + 1 for h in history]
-        right.plot(epochs, [h.get("val/file_f1", math.nan) for h in history], marker="o",
+        right.plot(epochs, [h.get("val/clip_f1", math.nan) for h in history], marker="o",
                    label=f"fold {f + 1}")
-    right.set(xlabel="epoch", ylabel="val file F1", ylim=(-0.02, 1.02),
-              title="CNN: inner-val file F1 per epoch, per fold")
+    right.set(xlabel="epoch", ylabel="val clip F1", ylim=(-0.02, 1.02),
+              title="CNN: inner-val clip F1 per epoch, per fold")
     right.xaxis.get_major_locator().set_params(integer=True)
     if histories:
         right.legend(loc="best", fontsize="small")

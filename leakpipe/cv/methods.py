@@ -53,8 +53,8 @@ from leakpipe.train.subsample import Subsample
 log = logging.getLogger(__name__)
 
 TRAIN, VAL, TEST = "train", "val", "test"
-HISTORY_KEYS = ("epoch", "train/loss", "train/accuracy", "val/loss", "val/file_f1",
-                "val/file_roc_auc")
+HISTORY_KEYS = ("epoch", "train/loss", "train/accuracy", "val/loss", "val/clip_f1",
+                "val/clip_roc_auc")
 
 
 @dataclass(frozen=True)

@@ -30,8 +30,8 @@ from leakpipe.evaluate.bootstrap import (
     weighted_ranking,
 )
 
-FIGURES = ("roc_auc", "file_f1", "balanced_accuracy", "sensitivity", "specificity", "pr_auc")
-PAIRED_FIGURES = ("roc_auc", "file_f1", "balanced_accuracy")
+FIGURES = ("roc_auc", "f1", "balanced_accuracy", "sensitivity", "specificity", "pr_auc")
+PAIRED_FIGURES = ("roc_auc", "f1", "balanced_accuracy")
 NESTED = "selected_nested"   # the pseudo-method of the nested selection estimate
 
 
@@ -63,7 +63,7 @@ def figures(truth: np.ndarray, decision: np.ndarray, scores: np.ndarray,
     sensitivity = _ratio(c.tp, c.tp + c.fn)
     specificity = _ratio(c.tn, c.tn + c.fp)
     roc, ap = weighted_ranking(scores, truth, weights)
-    return {"roc_auc": roc, "file_f1": _ratio(2 * c.tp, 2 * c.tp + c.fp + c.fn),
+    return {"roc_auc": roc, "f1": _ratio(2 * c.tp, 2 * c.tp + c.fp + c.fn),
             "balanced_accuracy": (sensitivity + specificity) / 2.0,
             "sensitivity": sensitivity, "specificity": specificity, "pr_auc": ap}
 
@@ -116,10 +116,10 @@ def best_baseline(pooled: Mapping[str, Mapping[str, float]]) -> str | None:
 
 
 def figure_key(level: str, name: str) -> str:
-    """``("recording", "file_f1")`` -> ``recording_f1``; ``("clip", "roc_auc")`` ->
+    """``("recording", "f1")`` -> ``recording_f1``; ``("clip", "roc_auc")`` ->
     ``clip_roc_auc``. (cv.json before recording verdicts named the clip figures ``roc_auc``,
     ``file_f1``, ...: a "file" was a clip.)"""
-    return f"{level}_{name.removeprefix('file_')}"
+    return f"{level}_{name}"
 
 
 def _entry(value: float, interval: Any, per_fold: Sequence[float]) -> dict[str, Any]:

@@ -4,7 +4,7 @@ Every rule turns a file into one score with ``LEAK <=> score >= threshold``
 (``leakpipe.decision.voting``), so a whole threshold grid is decided in one comparison and its
 confusion counts in one pass. The criterion picks a grid index:
 
-- ``max_f1``: the highest file F1 (among tied thresholds the middle one, ``best_index``).
+- ``max_f1``: the highest clip F1 (among tied thresholds the middle one, ``best_index``).
 - ``target_sensitivity``: among thresholds whose sensitivity reaches ``target``, the one with
   the highest specificity; ``target_specificity`` the other way round. When no threshold
   reaches the target, the one closest to it is taken and ``met`` is False (said in the report).

@@ -18,7 +18,7 @@
 
 ``evaluation_figures`` draws the same plots as matplotlib figures for MLflow.
 ``write_outputs`` writes the DVC outputs atomically: `metrics/eval.json` (metric names nested
-at their slashes, as train's: DVC shows ``test/file_f1`` as ``test.file_f1``), the plot files,
+at their slashes, as train's: DVC shows ``test/clip_f1`` as ``test.clip_f1``), the plot files,
 the predictions CSV (its ``leak_score`` is the rule's raw score, the scale of the threshold
 grid and of the ROC / PR thresholds; its ``leak_prob`` the calibrated probability, as in
 predict's table) and the detector file carrying the chosen operating point
@@ -77,8 +77,8 @@ from leakpipe.scoring.score import Scores, score_batches
 log = logging.getLogger(__name__)
 
 VAL, TEST = "val", "test"
-DETECTOR_METRICS = ("test/file_f1", "test/file_recall", "test/file_specificity",
-                    "test/file_roc_auc", "val/file_f1")
+DETECTOR_METRICS = ("test/clip_f1", "test/clip_recall", "test/clip_specificity",
+                    "test/clip_roc_auc", "val/clip_f1")
 PLAN_MEMORY_KEYS = ("safety", "host_reserve_mb", "device_reserve_mb")
 
 
@@ -250,8 +250,8 @@ def split_result(name: str, table: FileTable, scores: Scores, point: OperatingPo
     if not binary:
         metrics.update(class_figures(name, table, scores.class_probs, scores.seg_pred,
                                      scores.seg_probs[0].size, resampling))
-    metrics[f"{name}/files"] = float(scores.n_files)    # key kept (documented): clips
-    metrics[f"vitals/eval_{name}_files_per_s"] = scores.n_files / max(scores.seconds, 1e-9)
+    metrics[f"{name}/clips"] = float(scores.n_files)    # the number of clips scored
+    metrics[f"vitals/eval_{name}_clips_per_s"] = scores.n_files / max(scores.seconds, 1e-9)
     return SplitResult(name, table, scores, file_score, decision,
                        frac_long_over(scores.seg_probs, point.threshold), metrics)
 

@@ -1,7 +1,7 @@
 """Figures of one evaluated split: file- and segment-level metrics, per-class metrics, rows.
 
-Names are hierarchical and shared by `metrics/eval.json` and MLflow: ``test/file_f1``,
-``test/file_f1_ci_low``, ``test/seg_roc_auc``, ``test/class/LEAK/file_recall``, ... Rates come
+Names are hierarchical and shared by `metrics/eval.json` and MLflow: ``test/clip_f1``,
+``test/clip_f1_ci_low``, ``test/seg_roc_auc``, ``test/class/LEAK/clip_recall``, ... Rates come
 from ``binary_metrics`` (recall is the sensitivity); ROC-AUC and PR-AUC (average precision) from
 scikit-learn, NaN when the split holds only one of LEAK / not LEAK.
 """
@@ -78,7 +78,7 @@ def prefixed(prefix: str, figures: dict[str, float]) -> dict[str, float]:
 
 
 def interval_metrics(prefix: str, intervals: dict[str, Interval]) -> dict[str, float]:
-    """{'f1': Interval} -> {'test/file_f1_ci_low': ., 'test/file_f1_ci_high': .}."""
+    """{'f1': Interval} -> {'test/clip_f1_ci_low': ., 'test/clip_f1_ci_high': .}."""
     out = {}
     for name, interval in intervals.items():
         out[f"{prefix}_{name}_ci_low"] = interval.low
@@ -88,7 +88,7 @@ def interval_metrics(prefix: str, intervals: dict[str, Interval]) -> dict[str, f
 
 def class_metrics(split: str, level: str, labels: np.ndarray, pred: np.ndarray,
                   class_names: Sequence[str]) -> dict[str, float]:
-    """Per-class figures as flat names: ``test/class/LEAK/file_f1``."""
+    """Per-class figures as flat names: ``test/class/LEAK/clip_f1``."""
     out = {}
     for name, figures in per_class_figures(labels, pred, class_names).items():
         out.update({f"{split}/class/{name}/{level}_{k}": v for k, v in figures.items()})

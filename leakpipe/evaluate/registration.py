@@ -24,8 +24,8 @@ from leakpipe.tracking import Tracker
 log = logging.getLogger(__name__)
 
 SHA_CHARS = 12            # a file's sha256 in a description: as the runs' datasets show it
-TEST_FIGURES = (("F1", "file_f1"), ("sensitivity", "file_recall"),
-                ("specificity", "file_specificity"), ("ROC-AUC", "file_roc_auc"))
+TEST_FIGURES = (("F1", "clip_f1"), ("sensitivity", "clip_recall"),
+                ("specificity", "clip_specificity"), ("ROC-AUC", "clip_roc_auc"))
 
 
 def figure_text(metrics: Mapping[str, float], key: str) -> str:

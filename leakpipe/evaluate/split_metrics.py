@@ -82,7 +82,7 @@ def split_figures(name: str, table: FileTable, decision: np.ndarray, file_score:
                   seg_probs: np.ndarray, segment_threshold: float,
                   resampling: Resampling | None) -> dict[str, float]:
     """File- and segment-level figures of one split (with intervals under ``resampling``)."""
-    out = level_figures(f"{name}/file", table.truth, decision, file_score, table.recording_id,
+    out = level_figures(f"{name}/clip", table.truth, decision, file_score, table.recording_id,
                         resampling)
     per_file = seg_probs[0].size
     probs = seg_probs.reshape(-1)                                    # (F * L * S,)
@@ -97,7 +97,7 @@ def class_figures(name: str, table: FileTable, class_probs: np.ndarray, seg_pred
     """Per-class figures of one split: files by the argmax of their mean class probabilities,
     segments by their own argmax."""
     names = table.class_names
-    out = class_level_figures(name, "file", table.label, class_probs.argmax(axis=1), names,
+    out = class_level_figures(name, "clip", table.label, class_probs.argmax(axis=1), names,
                               table.recording_id, resampling)
     out.update(class_level_figures(name, "seg", np.repeat(table.label, per_file), seg_pred,
                                    names, segment_recordings(table, per_file), resampling))

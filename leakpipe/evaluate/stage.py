@@ -185,7 +185,7 @@ def summary_line(evaluation: Evaluation, path: Path) -> str:
     m, point = evaluation.metrics, evaluation.point
     recordings = len(set(evaluation.test.table.recording_id.tolist()))
     return (f"evaluate: {point.rule} at threshold {point.threshold:g} (chosen on val by "
-            f"{point.criterion}); test: {int(m['test/files'])} clips of {recordings} "
-            f"recordings, per clip F1 {m['test/file_f1']:.3f}, sensitivity "
-            f"{m['test/file_recall']:.3f}, specificity {m['test/file_specificity']:.3f}, ROC-AUC "
-            f"{m['test/file_roc_auc']:.3f} -> {path}")
+            f"{point.criterion}); test: {int(m['test/clips'])} clips of {recordings} "
+            f"recordings, per clip F1 {m['test/clip_f1']:.3f}, sensitivity "
+            f"{m['test/clip_recall']:.3f}, specificity {m['test/clip_specificity']:.3f}, ROC-AUC "
+            f"{m['test/clip_roc_auc']:.3f} -> {path}")

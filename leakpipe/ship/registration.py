@@ -18,7 +18,7 @@ makes one candidate, and `leakpipe promote` compares it with the champion, of an
 3. with ``evaluate.registered_model`` set, a new version of it with the alias ``candidate``,
    tagged with the kind, this run, the file's sha256, ship's test recording F1 and the test
    split's sha256 (the git commit and DVC experiment come from the run itself); for the `cnn`
-   kind also evaluate's run and its test file F1, found by the file's sha256 (evaluate tags its
+   kind also evaluate's run and its test clip F1, found by the file's sha256 (evaluate tags its
    run with it). The description is the card, then the network's train run where known
    (``model_card.registry_description``).
 """
@@ -133,9 +133,9 @@ def version_tags(shipped: Shipped, run_id: str) -> dict[str, str]:
         if network_sha:
             tags[tracking.TAG_MODEL_SHA256] = network_sha
     if shipped.kind == CNN_KIND:                 # evaluate's per-clip F1, kept in the file
-        file_f1 = load_any_detector(shipped.file).metrics.get("test/file_f1")
-        if file_f1 is not None:
-            tags[tracking.TAG_TEST_F1] = f"{file_f1:.4f}"
+        clip_f1 = load_any_detector(shipped.file).metrics.get("test/clip_f1")
+        if clip_f1 is not None:
+            tags[tracking.TAG_TEST_F1] = f"{clip_f1:.4f}"
     return tags
 
 

@@ -31,7 +31,7 @@ QUICK_LONG_S = (0.25, 0.5, 1.0)
 QUICK_SHORT = (512, 1024)
 NAME_PREFIX = "grid"
 QUICK_SETS = {"train.epochs": 2}               # `--quick`: minutes per cell on a CPU
-DEFAULT_METRICS = ("test.file_f1", "test.file_accuracy")   # metrics/eval.json keys
+DEFAULT_METRICS = ("test.clip_f1", "test.clip_accuracy")   # metrics/eval.json keys
 DEFAULT_TARGET = "evaluate"                   # each experiment runs the pipeline up to here
 DEFAULT_OUT = Path("reports/grid")
 
@@ -99,7 +99,7 @@ def cell_problem(cell: Cell, features: FeatureConfig) -> str:
 
 
 def metric_value(metrics: Mapping[str, Any], key: str) -> float:
-    """``key`` (dotted or slashed, e.g. ``test.file_f1``) in a nested metrics file; NaN if
+    """``key`` (dotted or slashed, e.g. ``test.clip_f1``) in a nested metrics file; NaN if
     absent."""
     node: Any = metrics
     for part in key.replace("/", ".").split("."):

@@ -4,7 +4,7 @@ Seeded and deterministic on CPU; auto-resumes from the newest checkpoint in ``ch
 (``leakpipe.train.resume``; mid-epoch too) and then ends exactly where an uninterrupted run
 would; continual learning from ``train.init_checkpoint``; optional ``torch.compile`` that raises
 instead of falling back (a silent fallback trains a different, slower model); early stopping
-on the validation file F1 (val loss when the split holds no leak); the best epoch's weights
+on the validation clip F1 (val loss when the split holds no leak); the best epoch's weights
 are kept and returned.
 
 ``FitOptions`` carries what the train stage adds around the tuning path: a stop flag polled
@@ -58,7 +58,7 @@ from leakpipe.train.validation import EvalResult, ValSplit, validate
 
 log = logging.getLogger(__name__)
 
-MONITOR_MODES: dict[str, Mode] = {"val/file_f1": "max", "val/file_roc_auc": "max",
+MONITOR_MODES: dict[str, Mode] = {"val/clip_f1": "max", "val/clip_roc_auc": "max",
                                    "val/loss": "min"}
 FALLBACK_MONITOR = "val/loss"
 FILE_LABELS = ("not LEAK", "LEAK")   # rows / columns of the file-level confusion matrix
@@ -139,7 +139,7 @@ def _build(model_cfg: ModelConfig, train_cfg: TrainConfig, runtime: Runtime,
 
 def _monitor(cfg: TrainConfig, val: ValSplit) -> tuple[str, Mode]:
     has_leak = bool(np.any(np.asarray(val.labels) == val.leak_index))
-    if cfg.monitor in ("val/file_f1", "val/file_roc_auc") and not has_leak:
+    if cfg.monitor in ("val/clip_f1", "val/clip_roc_auc") and not has_leak:
         log.warning("the val split holds no LEAK file: early stopping monitors %s instead of %s",
                     FALLBACK_MONITOR, cfg.monitor)
         return FALLBACK_MONITOR, MONITOR_MODES[FALLBACK_MONITOR]
@@ -233,7 +233,7 @@ def _validate(run: RunState, runner: nn.Module, train: TrainEpochResult, source:
 
 
 def _log_epoch(run: RunState, epoch: int, train: TrainEpochResult, val: EvalResult) -> None:
-    log.info("epoch %d/%d: train loss %.4f acc %.3f | val loss %.4f file F1 %.3f @ %.2f | "
+    log.info("epoch %d/%d: train loss %.4f acc %.3f | val loss %.4f clip F1 %.3f @ %.2f | "
              "%.0f segments/s | lr %.3g", epoch + 1, run.cfg.epochs, train.loss,
              train.accuracy, val.loss, val.file["f1"], val.threshold, train.segments_per_s,
              train.lr)
@@ -279,7 +279,7 @@ def _checkpoint_dict(run: RunState, epoch: int, metrics: dict[str, float],
         sampler={"seed": run.config["train"]["seed"], "next_epoch": epoch + 1},
         early_stopping=run.stopper.state_dict(), best=run.best.state_dict(),
         history=run.history, diagnoses=run.diagnoses, stop_reason=run.stop_reason,
-        metrics=metrics, threshold=float(metrics.get("val/file_threshold", float("nan"))),
+        metrics=metrics, threshold=float(metrics.get("val/clip_threshold", float("nan"))),
         confusion=confusion, best_model=run.best_state, best_confusion=run.best_confusion,
         config=run.config, class_names=list(run.class_names), features=run.features)
 
@@ -294,7 +294,7 @@ def _result(run: RunState, directory: Path, resumed: Path | None,
     best_path = directory / ckpt_io.BEST_NAME
     return FitResult(
         model=run.model, best_epoch=best_epoch, best_metrics=copy.deepcopy(best_metrics),
-        threshold=float(best_metrics.get("val/file_threshold", float("nan"))),
+        threshold=float(best_metrics.get("val/clip_threshold", float("nan"))),
         monitor=run.stopper.monitor, stop_reason=run.stop_reason or "completed all epochs",
         epochs_run=epochs_run, history=list(run.history), diagnoses=list(run.diagnoses),
         best_checkpoint=best_path if best_path.is_file() else None, resumed_from=resumed,

@@ -62,7 +62,7 @@ class FitResult:
     model: nn.Module                 # unwrapped, best epoch's weights, eval mode
     best_epoch: int
     best_metrics: dict[str, float]
-    threshold: float                 # file threshold of the best epoch (val/file_threshold)
+    threshold: float                 # file threshold of the best epoch (val/clip_threshold)
     monitor: str
     stop_reason: str
     epochs_run: int                  # epochs trained by this call (0 when nothing was left)

@@ -2,8 +2,8 @@
 data, and the validation confusion matrices of the best epoch (JSON + figure).
 
 Every file is written to a temporary sibling and renamed, so DVC never caches a partial output.
-Metric names stay hierarchical: ``val/file_f1`` in MLflow is ``{"val": {"file_f1": ...}}`` in
-metrics/train.json and the column ``val/file_f1`` in plots/train/history.csv.
+Metric names stay hierarchical: ``val/clip_f1`` in MLflow is ``{"val": {"clip_f1": ...}}`` in
+metrics/train.json and the column ``val/clip_f1`` in plots/train/history.csv.
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ from leakpipe.runtime import Runtime
 from leakpipe.scoring.score import score_batches
 from leakpipe.train.losses import LossFn, NonFiniteLossError
 
-VAL_CRITERION = "max_f1"   # per-epoch model selection ranks epochs by val file F1
+VAL_CRITERION = "max_f1"   # per-epoch model selection ranks epochs by val clip F1
 
 
 @dataclass(frozen=True)
@@ -64,8 +64,8 @@ class EvalResult:
     accuracy: float                  # segment-level, over every class
     segment: dict[str, float]        # leak metrics per segment at the segment threshold
     file: dict[str, float]           # leak metrics per file at ``threshold``
-    threshold: float                 # grid threshold chosen on val (max file F1)
-    file_f1_curve: np.ndarray        # (K,) file F1 per grid threshold
+    threshold: float                 # grid threshold chosen on val (max clip F1)
+    file_f1_curve: np.ndarray        # (K,) clip F1 per grid threshold
     class_names: tuple[str, ...]
     pred_counts: tuple[int, ...]     # predicted class per segment, counted
     true_counts: tuple[int, ...]
@@ -78,9 +78,9 @@ class EvalResult:
     def metrics(self, prefix: str = "val") -> dict[str, float]:
         total = max(1, sum(self.pred_counts))
         out = {f"{prefix}/loss": self.loss, f"{prefix}/accuracy": self.accuracy,
-               f"{prefix}/file_threshold": self.threshold, f"vitals/{prefix}_seconds": self.seconds}
+               f"{prefix}/clip_threshold": self.threshold, f"vitals/{prefix}_seconds": self.seconds}
         out.update({f"{prefix}/seg_{k}": v for k, v in self.segment.items()})
-        out.update({f"{prefix}/file_{k}": v for k, v in self.file.items()})
+        out.update({f"{prefix}/clip_{k}": v for k, v in self.file.items()})
         out.update({f"{prefix}/pred_share/{name}": c / total
                     for name, c in zip(self.class_names, self.pred_counts, strict=True)})
         return out

@@ -27,7 +27,7 @@ TAG_REASON = "optuna.reason"              # why it failed or was pruned
 VALUE_METRIC = "tune/value"
 
 # Objectives and the direction each is optimised in when tune.direction is auto.
-OBJECTIVE_DIRECTIONS = {"val/file_f1": "maximize", "val/seg_f1": "maximize",
+OBJECTIVE_DIRECTIONS = {"val/clip_f1": "maximize", "val/seg_f1": "maximize",
                         "val/loss": "minimize"}
 
 # `train` keys every trial takes from `tune` instead (tune.epochs, tune.compile): the study name

@@ -186,7 +186,7 @@ def open_study(storage: BaseStorage, name: str, cfg: TuneConfig, *, worker_index
 
 
 def name_objective(study: optuna.Study, objective: str) -> None:
-    """Store the objective's name (``val/file_f1``) as the study's metric name, once: Optuna's
+    """Store the objective's name (``val/clip_f1``) as the study's metric name, once: Optuna's
     plots and optuna-dashboard show it instead of "Objective 0". The study name hashes the
     objective, so a study resumed under these params measures this one (a study started before
     leakpipe named it gets its name on its next run)."""

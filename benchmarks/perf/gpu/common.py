@@ -137,7 +137,7 @@ def run_fit(setup: Setup, runtime: Any, name: str, *, placement: str, compile: b
     ckpt = ckpt_io.load_checkpoint(result.best_checkpoint)
     return {"runtime": runtime.describe(), "placement": placement, "fit_seconds": seconds,
             "train_loss": metrics["train/loss"], "val_loss": metrics["val/loss"],
-            "val_file_f1": metrics["val/file_f1"],
+            "val_clip_f1": metrics["val/clip_f1"],
             "skipped_steps": metrics["train/skipped_steps"],
             "samples_per_s": metrics["perf/samples_per_s"], "checkpoint_files": files,
             "scaler_state": {k: float(v) for k, v in ckpt["scaler"].items()
