@@ -59,6 +59,7 @@ from leakpipe.predict_rows import (
     STATUS_ERROR,
     STATUS_UNUSABLE,
     OutputWriter,
+    apply_set_verdict,
     completed_rows,
     distances_of,
     domain_path,
@@ -143,6 +144,8 @@ def predict(paths: Sequence[Path], detector: Detector, out: Path, *, runtime: Ru
                              for row in finished]
             bar.update(len(finished))
     domain_set = set_check(detector.domain, np.asarray(distances_of(summary_rows)))
+    rows = apply_set_verdict(out, domain_set)
+    verdicts = verdict_counts(row for row in rows if row["path"] not in done)
     write_set_check(out, domain_set, summary_rows)
     return PredictSummary(written=counts["written"], skipped=len(done), errors=counts["errors"],
                           unusable=counts["unusable"], leaks=verdicts[LEAK],
@@ -190,15 +193,16 @@ def run_predict(paths: Sequence[Path], model: str, out: Path, params: Path, *,
                       rules=scoring_rules(detector, params), resume=resume,
                       progress=progress, max_batch_segments=max_batch_segments,
                       stamp=DetectorStamp.of(model, file, detector))
+    print(f"predict: {summary.domain_set.line()} -> {domain_path(out)}")
+    if summary.domain_set.domain == SHIFTED:
+        log.warning("predict: these recordings, taken together, are farther from the training "
+                    "recordings than new sites of the training network are (set domain check "
+                    "p = %.2g): every call reads UNCERTAIN (notes say why); leak_prob still "
+                    "ranks them; check the calls against labelled recordings of this network "
+                    "first", summary.domain_set.p_value)
     print(f"predict: {summary.written} recordings ({counts_text(summary.verdicts)}, "
           f"{summary.unusable} unusable, {summary.errors} unreadable, {summary.skipped} kept "
           f"from before) in {summary.seconds:.1f} s -> {out}, timeline {timeline_path(out)}, "
           f"detector {stamp_path(out)} (cnn detector, rule {detector.voting.rule}: leak_prob "
           f"threshold {round(detector.prob_threshold, DECIMALS):.4f})")
-    print(f"predict: {summary.domain_set.line()} -> {domain_path(out)}")
-    if summary.domain_set.domain == SHIFTED:
-        log.warning("predict: these recordings, taken together, are farther from the training "
-                    "recordings than new sites of the training network are (set domain check "
-                    "p = %.2g): expect less than the reported test figures; check the calls "
-                    "against labelled recordings of this network first", summary.domain_set.p_value)
     return 0

@@ -50,7 +50,13 @@ import numpy as np
 
 from leakpipe.decision.domain import assess
 from leakpipe.decision.domain_set import SetCheck
-from leakpipe.decision.verdict import DECIMALS, call_fields, finite_or_blank, with_verdict
+from leakpipe.decision.verdict import (
+    DECIMALS,
+    call_fields,
+    finite_or_blank,
+    with_set_verdict,
+    with_verdict,
+)
 from leakpipe.decision.voting import file_scores, long_segment_probs
 from leakpipe.detector import Detector
 from leakpipe.errors import DataError
@@ -173,6 +179,16 @@ def write_set_check(out: Path, check: SetCheck, rows: Sequence[dict[str, Any]]) 
     doc = {"set": check.to_dict(), "recordings": {
         name: counts.get(name, 0) for name in ("in", "shifted", "unknown")}}
     write_text_atomic(domain_path(out), json.dumps(doc, indent=1) + "\n")
+
+
+def apply_set_verdict(out: Path, check: SetCheck) -> list[dict[str, str]]:
+    """Rewrite the CSV ``out`` (every row written) with each row's verdict under the set's
+    answer (``with_set_verdict``); returns the rows. One atomic replace: a crash leaves the
+    rows as they were, and ``--resume`` applies the set answer again."""
+    rows = [with_set_verdict(row, check.domain, check.p_value)
+            for row in _whole_rows(Path(out), CSV_COLUMNS)]
+    write_text_atomic(Path(out), csv_text(rows, CSV_COLUMNS))
+    return rows
 
 
 def timeline_path(out: Path) -> Path:

@@ -21,6 +21,7 @@ from leakpipe.decision import domain as dm
 from leakpipe.decision.domain_set import SET_ALPHA, set_check
 from leakpipe.decision.lowrank import fit_lowrank, lowrank_distance
 from leakpipe.decision.metrics import wilson_interval
+from leakpipe.decision.verdict import CV_COMMAND, SET_NOTE_START, with_set_verdict
 from leakpipe.detector import DETECTOR_VERSION, NO_DOMAIN_FILE, load_detector, save_detector
 from leakpipe.features.mel import band_centers_hz
 from leakpipe.model import create_model
@@ -283,6 +284,8 @@ def test_predict_marks_each_recording_in_or_shifted_with_its_reason(
     assert written["recordings"] == {"in": 1, "shifted": 2, "unknown": 0}
     assert written["set"]["n"] == 3 and written["set"]["domain"] == "in"   # 3 of 12 val: p > 0.001
     assert 0.0 < written["set"]["p_value"] < 1.0
+    assert rows["like.wav"]["verdict"] == rows["like.wav"]["decision"]    # a set that is in
+    assert not any(SET_NOTE_START in row["notes"] for row in rows.values())
 
 
 def test_an_older_detector_reports_domain_unknown_and_says_so_once(
@@ -320,8 +323,31 @@ def test_a_shifted_set_is_said_on_the_command_line_and_in_the_json(
     written = json.loads((tmp_path / "out_domain.json").read_text())
     assert written["set"]["domain"] == "shifted" and written["set"]["n"] == 8
     assert written["set"]["p_value"] < SET_ALPHA
-    assert "set domain check: shifted" in captured.out
+    assert captured.out.startswith("predict: set domain check: shifted")   # it leads
     assert "taken together, are farther from the training recordings" in captured.err
+    assert "every call reads UNCERTAIN" in captured.err
+    rows = read_predictions(out)
+    assert len(rows) == 8
+    for row in rows.values():   # the set's answer reaches every row; the model's call stays
+        assert row["verdict"] == "UNCERTAIN" and row["decision"] in ("LEAK", "NOLEAK")
+        assert SET_NOTE_START in row["notes"] and CV_COMMAND in row["notes"]
+    assert "predict: 8 recordings (0 LEAK, 0 NOLEAK, 8 UNCERTAIN (out of domain;" in captured.out
+
+
+def test_a_row_follows_the_answer_of_the_set_it_now_belongs_to() -> None:
+    row = {"status": "ok", "decision": "LEAK", "domain": "in", "verdict": "LEAK", "notes": "x"}
+    shifted = with_set_verdict(row, dm.SHIFTED, 1e-6)
+    assert shifted["verdict"] == "UNCERTAIN" and shifted["decision"] == "LEAK"
+    assert shifted["notes"].startswith("x; " + SET_NOTE_START) and "p = 1e-06" in shifted["notes"]
+    assert with_set_verdict(shifted, dm.SHIFTED, 1e-6) == shifted          # not noted twice
+    assert with_set_verdict(shifted, dm.IN) == row                          # a resume that is in
+    unusable = {"status": "unusable", "decision": "", "domain": "", "verdict": "UNUSABLE",
+                "notes": "dead channel"}
+    assert with_set_verdict(unusable, dm.SHIFTED, 1e-6) == unusable   # no call: nothing to doubt
+    own = {**row, "domain": dm.SHIFTED, "verdict": "UNCERTAIN", "notes": "its own reason"}
+    assert with_set_verdict(own, dm.IN) == own                              # its own check stays
+    both = with_set_verdict(own, dm.SHIFTED, 1e-6)
+    assert both["notes"].startswith("its own reason; " + SET_NOTE_START)
 
 
 def test_the_set_check_covers_the_rows_a_resume_keeps(tmp_path: Path,

@@ -10,9 +10,10 @@ statically (AST), nothing is imported.
 
 Where a change goes (docs/architecture.md says the same):
 
-- constants / errors / paths / logs: names and exceptions everything shares;
-- files, metric_names, config, code_digest: atomic writes and hashes, metric naming, typed
-  params, the package source's digest (crossval and tune key their saved results on it);
+- constants / errors / paths / logs / metric_names: names and exceptions everything shares
+  (metric_names: the figures' names and an older file's names read under the current ones);
+- files, config, code_digest: atomic writes and hashes, typed params, the package source's
+  digest (crossval and tune key their saved results on it);
 - runtime (device / precision / memory format, decided once), allocator, tracking (the one
   MLflow adapter), monitor (training diagnostics), plots_page (DVC's plots as an offline page);
 - decision (voting, metrics, operating point: pure), audio, features, cluster (Dask as build's,
@@ -58,8 +59,8 @@ from tests.test_dvc_deps import PACKAGE, REPO, imported_names, module_file
 
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("__init__", "constants"),
-    ("errors", "paths", "logs", "db_urls", "names"),
-    ("files", "metric_names", "config", "code_digest"),
+    ("errors", "paths", "logs", "db_urls", "names", "metric_names"),
+    ("files", "config", "code_digest"),
     ("runtime", "allocator", "tracking", "monitor", "plots_page"),
     ("decision", "audio", "features", "cluster"),
     ("model", "data", "stats_model", "build_recording"),

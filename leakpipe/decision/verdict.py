@@ -20,6 +20,14 @@ numbers go to the CSV, the served answer and explain.
   probability, and ``shifted_note`` says why and what to do (cross-validate on labelled
   recordings of that network, ``CV_COMMAND``);
 - otherwise the call itself, ``LEAK`` or ``NOLEAK``.
+
+``with_set_verdict`` adds what the recordings say taken together: when the set domain check
+(``leakpipe.decision.domain_set``) calls the whole set shifted, every row with a call reads
+``UNCERTAIN`` too, and ``set_note`` says so in its notes. Why the whole set: a sensor mount
+ringing in the leak band colours every recording of a network a little, too little for any one
+recording's check, and there the calls at the val operating point went wrong together (the
+false-alarm rate more than tripled on the simulated mounts, docs/evaluation.md "The set
+verdict"). ``decision`` and ``leak_prob`` stay in the row: the model still ranks the recordings.
 """
 
 from __future__ import annotations
@@ -92,6 +100,39 @@ def with_verdict(row: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+SET_NOTE_START = "UNCERTAIN as a set:"
+
+
+def set_note(p_value: float) -> str:
+    """What each called row of a set the set domain check calls shifted says (always last in
+    its notes, so a resumed run can take it off again)."""
+    return (f"{SET_NOTE_START} these recordings, taken together, are farther from the training "
+            f"recordings than its val recordings were (set domain check, rank test p = "
+            f"{p_value:.2g}), though this one alone may pass; on such a set the calls at the "
+            "operating point are not to be trusted, its leak_prob still ranks the recordings; "
+            f"before acting, cross-validate on labelled recordings of this network: {CV_COMMAND}")
+
+
+def with_set_verdict(row: Mapping[str, Any], set_domain: str,
+                     p_value: float = math.nan) -> dict[str, Any]:
+    """``row`` (a whole row with its own ``verdict``) under its set's domain answer: a row with
+    a call becomes ``UNCERTAIN`` with ``set_note`` when ``set_domain`` is ``shifted`` (one
+    that its own check called shifted keeps its own note too); a note of
+    an earlier set answer is taken off first, so a row kept by ``--resume`` follows the set it
+    now belongs to."""
+    notes = str(row.get("notes") or "")
+    start = notes.find(SET_NOTE_START)
+    if start >= 0:
+        notes = notes[:start].rstrip("; ")
+    decision = str(row.get("decision") or "")
+    own = verdict(decision, str(row.get("domain") or "")) if decision else row.get("verdict")
+    out = {**row, "notes": notes, "verdict": own}
+    if set_domain == SHIFTED and own in (*DECISION_NAMES, UNCERTAIN):
+        out["verdict"] = UNCERTAIN
+        out["notes"] = "; ".join(filter(None, [notes, set_note(p_value)]))
+    return out
+
+
 def verdict_counts(rows: Iterable[Mapping[str, Any]]) -> Counter[str]:
     """How many rows have each verdict, and (key ``UNCERTAIN LEAK``) how many UNCERTAIN ones
     the model called LEAK."""
@@ -119,5 +160,6 @@ def finite_or_blank(value: float) -> float | str:
 
 
 __all__ = ["CV_COMMAND", "DECIMALS", "LEAK", "NOLEAK", "UNCERTAIN", "UNUSABLE", "VERDICTS",
-           "call_fields", "counts_text", "finite_or_blank", "shifted_note", "shown", "verdict",
-           "verdict_counts", "with_verdict"]
+           "SET_NOTE_START", "call_fields", "counts_text", "finite_or_blank", "set_note",
+           "shifted_note", "shown", "verdict", "verdict_counts", "with_set_verdict",
+           "with_verdict"]
