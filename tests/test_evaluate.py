@@ -255,8 +255,20 @@ def test_stage_writes_outputs_and_logs_to_mlflow(project: Path,
     artifacts = {a.path for a in mlflow.MlflowClient().list_artifacts(run.info.run_id,
                                                                       "evaluate")}
     for name in ("confusion_test.png", "roc_test.png", "pr_test.png", "threshold_val.png",
-                 "reliability_test.png", "predictions.json", "predictions.csv", "eval.json"):
+                 "reliability_test.png", "predictions.json", "predictions.csv", "eval.json",
+                 "summary.json"):
         assert f"evaluate/{name}" in artifacts, name
+    # a chart per headline figure; interval ends, classes and counts only in the summary table
+    charts = set(run.data.metrics)
+    assert not [k for k in charts if k.endswith(("_ci_low", "_ci_high", "_tp")) or "/class/" in k]
+    assert len(charts) < len(metrics) / 2
+    table = json.loads(Path(mlflow.artifacts.download_artifacts(
+        run_id=run.info.run_id, artifact_path="evaluate/summary.json")).read_text())
+    rows = {row[0]: row for row in table["data"]}
+    assert table["columns"] == ["figure", "value", "ci_low", "ci_high"]
+    assert rows["test/clip_f1"][1:] == pytest.approx(
+        [metrics["test/clip_f1"], metrics["test/clip_f1_ci_low"], metrics["test/clip_f1_ci_high"]])
+    assert "test/clip_tp" in rows and not [k for k in rows if k.endswith("_ci_low")]
     assert run.data.metrics["test/ece"] == pytest.approx(metrics["test/ece"])
     logged = tracking.download_model(run.data.tags[tracking.TAG_DETECTOR_URI])
     assert load_detector(logged).threshold == saved.threshold

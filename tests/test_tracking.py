@@ -196,3 +196,15 @@ def test_git_commit_tag(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None
     tags = tracking.run_tags("train", tmp_path)
     assert tags[tracking.TAG_GIT_COMMIT] == head
     assert tags["dvc.baseline_rev"] == "abc123"
+
+
+def test_summary_charts_headline_figures_and_tables_every_one() -> None:
+    metrics = {"cv/fused/recording_roc_auc": 0.9, "cv/fused/recording_roc_auc_ci_low": 0.8,
+               "cv/fused/recording_roc_auc_ci_high": 0.95, "test/clip_tp": 12.0,
+               "test/class/LEAK/clip_recall": 0.7, "test/ece": float("nan")}
+    assert tracking.summary.charted(metrics) == {"cv/fused/recording_roc_auc": 0.9}
+    table = tracking.summary_table(metrics)
+    assert table["figure"] == ["cv/fused/recording_roc_auc", "test/class/LEAK/clip_recall",
+                               "test/clip_tp", "test/ece"]
+    assert table["ci_low"][0] == 0.8 and table["ci_high"][0] == 0.95
+    assert table["ci_low"][2] is None and table["value"][3] is None   # strict JSON

@@ -27,7 +27,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -160,7 +159,7 @@ def _link_train_run(run: Tracker, sha: str) -> str | None:
 def _log_evaluation(run: Tracker, evaluation: Evaluation, paths: EvaluatePaths) -> str | None:
     """Everything to the run; the logged detector's ``models:/`` URI (None: no MLflow run)."""
     run.set_tags(evaluation.info)
-    run.log_metrics({k: v for k, v in evaluation.metrics.items() if math.isfinite(v)})
+    tracking.log_summary(run, evaluation.metrics, f"{STAGE}/summary.json")
     for name, figure in evaluation_figures(evaluation).items():
         run.log_figure(figure, f"{STAGE}/{name}.png")
     rows = evaluation.test.rows(evaluation.calibration)

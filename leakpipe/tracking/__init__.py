@@ -15,12 +15,13 @@ pyfunc model from code (the served detector, built in ``leakpipe.serve``).
 
 Modules: ``names`` (experiment, tag and artifact names), ``trackers`` (the ``Tracker``
 protocol, ``NullTracker``, ``MlflowTracker``), ``runs`` (the store, starting, finding and
-closing runs), ``relocate`` (a SQLite store moved or copied with its project: artifact
-locations rewritten to its folder now; `leakpipe tracking repoint`), ``models`` (detector files
-as MLflow logged models, and their versions in the model registry with the aliases
-``candidate`` / ``champion`` / ``adapted``). Callers use this
-package's names (``tracking.start_run``); to replace a function in a test, patch it in the
-module that calls it (``leakpipe.tracking.runs.tracking_uri`` for ``start_run``), not here.
+closing runs), ``summary`` (a stage's summary figures: the headline ones as metrics, every
+one in a table artifact), ``relocate`` (a SQLite store moved or copied with its project:
+artifact locations rewritten to its folder now; `leakpipe tracking repoint`), ``models``
+(detector files as MLflow logged models, and their versions in the model registry with the
+aliases ``candidate`` / ``champion`` / ``adapted``). Callers use this package's names
+(``tracking.start_run``); to replace a function in a test, patch it in the module that calls it
+(``leakpipe.tracking.runs.tracking_uri`` for ``start_run``), not here.
 """
 
 from __future__ import annotations
@@ -91,6 +92,7 @@ from leakpipe.tracking.runs import (
     start_run,
     tracking_uri,
 )
+from leakpipe.tracking.summary import log_summary, summary_table
 from leakpipe.tracking.trackers import MlflowTracker, NullTracker, Tracker, flatten
 
 __all__ = [
@@ -147,6 +149,7 @@ __all__ = [
     "nest_runs",
     "is_model_uri",
     "log_pyfunc",
+    "log_summary",
     "model_flavors",
     "moved_from",
     "register_detector",
@@ -159,6 +162,7 @@ __all__ = [
     "split_digests",
     "start_run",
     "store_file",
+    "summary_table",
     "shown_tracking_uri",
     "tracking_uri",
 ]
