@@ -10,7 +10,7 @@ import pytest
 from leakpipe.baselines.logger_stats import recording_means
 from leakpipe.config import load_section
 from leakpipe.cv.recording_level import fuse, nested_choices, recording_decisions, select_method
-from leakpipe.cv.report import OutOfFold, summarise
+from leakpipe.cv.report import OutOfFold, fold_records, summarise
 from tests.conftest import REPO
 
 PARAMS = REPO / "params.yaml"
@@ -88,6 +88,8 @@ def test_pooled_selection_picks_the_better_method_and_nested_pools_each_folds_pi
     assert per_fold[0] == 1.0 and per_fold[1] == pytest.approx(
         out["methods"]["cnn"]["recording_roc_auc"]["folds"][1])
     assert "selected_nested" not in out["methods"]
+    rows = fold_records(out)              # the folds chart marks the selected kind's points
+    assert {(r["method"], r["selected"]) for r in rows} == {("logger_stats", "yes"), ("cnn", "no")}
 
 
 def test_a_flipped_test_fold_changes_no_nested_choice() -> None:

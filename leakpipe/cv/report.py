@@ -222,12 +222,15 @@ def recording_rows(oof: OutOfFold) -> list[dict[str, Any]]:
 
 
 def fold_records(summary: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The DVC plot rows: one per fold and method with its recording and clip ROC-AUC."""
+    """The DVC plot rows: one per fold and method with its recording and clip ROC-AUC, and
+    ``selected`` (``yes`` on the rows of the kind the selection picked: the chart marks it)."""
     rows = []
+    chosen = str(summary.get("selected", ""))
     for m, figs in summary["methods"].items():
         for f, (auc, f1, clip_auc) in enumerate(zip(
                 figs["recording_roc_auc"]["folds"], figs["recording_f1"]["folds"],
                 figs["clip_roc_auc"]["folds"], strict=True)):
             rows.append({"fold": f + 1, "method": m, "recording_roc_auc": auc,
-                         "recording_f1": f1, "clip_roc_auc": clip_auc})
+                         "recording_f1": f1, "clip_roc_auc": clip_auc,
+                         "selected": "yes" if m == chosen else "no"})
     return rows
