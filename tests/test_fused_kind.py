@@ -225,4 +225,5 @@ def test_explain_splits_the_call_into_the_parts_evidence(shipped: Path, tmp_path
     assert ex["raw_threshold"] == detector.threshold != ex["threshold"]
     assert (out / "leak.png").stat().st_size > 0
     assert main(["explain", str(paths["dead"]), "--model", str(shipped), "--out",
-                 str(out), "--device", "cpu"]) == 3                      # unusable: no call
+                 str(out), "--device", "cpu"]) == 0     # unusable, as predict says: no call
+    assert not (out / "dead.png").exists()

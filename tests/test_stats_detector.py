@@ -134,7 +134,8 @@ def test_explain_gives_the_exact_contributions(shipped: Path, tmp_path: Path) ->
     assert sizes == sorted(sizes, reverse=True)
     assert (out / "leak.png").stat().st_size > 0
     assert main(["explain", str(wavs["dead"]), "--model", str(shipped), "--out",
-                 str(out)]) == 3                                         # unusable: no call
+                 str(out)]) == 0                # unusable, as predict says: no call
+    assert not (out / "dead.png").exists()
     # the call on predict's one scale: predict's CSV row of the same file says the same
     assert main(["predict", str(wavs["leak"]), "--model", str(shipped), "--out",
                  str(tmp_path / "pred.csv"), "--no-progress"]) == 0
