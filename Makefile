@@ -82,10 +82,10 @@ ui: $(STAMP)
 gpu-check: $(STAMP)
 	$(BIN)/python benchmarks/perf/gpu_check.py
 
-# Each stage's code dep: `write` declares digests/<stage>.txt in dvc.yaml (stages/code_digests.py),
+# Each stage's code dep: `write` declares digests/<stage>.txt in dvc.yaml (tools/code_digests.py),
 # stage `check` writes it from the stage's imports. After adding a stage or changing imports;
 # `dvc status` after it names the stages a code change re-runs.
 .PHONY: deps
 deps: $(STAMP)
-	$(BIN)/python stages/code_digests.py write
+	$(BIN)/python tools/code_digests.py write
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/dvc repro check

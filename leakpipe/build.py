@@ -188,9 +188,7 @@ def build(cfg: BuildConfig, source: Path, out_dir: Path, progress: bool = True, 
                              (cfg.split.train, cfg.split.val, cfg.split.test), cfg.split.seed)
     workers = cfg.workers or os.cpu_count() or 1
     report.workers, report.backend = workers, "local" if session is None else "dask"
-    n_clips = None if cfg.clips_per_recording == ALL_CLIPS else cfg.clips_per_recording
-    job = RecordingJob(features, n_clips, cfg.min_clip_fraction, cfg.store_waveform,
-                       cfg.quality, cfg.stats, cfg.dtype)
+    job = recording_job(cfg)
     sample, computed = verify_sample(len(recordings), verify), {}
     columns = stats_columns(cfg.stats)
     label_of = {name: i for i, name in enumerate(class_names)}
@@ -231,6 +229,13 @@ def build(cfg: BuildConfig, source: Path, out_dir: Path, progress: bool = True, 
     report.sha256 = {s: file_sha256(out_dir / f"{s}.h5") for s in SPLITS}
     report.seconds = time.perf_counter() - start
     return report
+
+
+def recording_job(cfg: BuildConfig) -> RecordingJob:
+    """What a worker does with each recording under ``cfg`` (build's own helper or Dask's)."""
+    n_clips = None if cfg.clips_per_recording == ALL_CLIPS else cfg.clips_per_recording
+    return RecordingJob(cfg.features, n_clips, cfg.min_clip_fraction, cfg.store_waveform,
+                        cfg.quality, cfg.stats, cfg.dtype)
 
 
 def stats_columns(cfg: RecordingStatsConfig) -> StatsColumns:

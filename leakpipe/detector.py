@@ -140,6 +140,11 @@ class Detector(Network):
         """The detector kind (every kind has one: ``StatsDetector.kind`` is logger_stats)."""
         return CNN_KIND
 
+    @property
+    def set_reference(self) -> DomainReference | None:
+        """What the set domain check compares a set's distances with: its own reference."""
+        return self.domain
+
     def leak_prob(self, score: float) -> float:
         """The reported leak probability of a rule score (decisions use the score itself)."""
         return float(self.calibration.prob(score))

@@ -47,7 +47,6 @@ from tqdm import tqdm
 
 from leakpipe import tracking
 from leakpipe.allocator import retain_freed_memory
-from leakpipe.decision.domain import SHIFTED
 from leakpipe.decision.domain_set import SetCheck, set_check
 from leakpipe.decision.verdict import DECIMALS, LEAK, counts_text, verdict_counts
 from leakpipe.detector import Detector, load_detector
@@ -63,6 +62,7 @@ from leakpipe.predict_rows import (
     completed_rows,
     distances_of,
     domain_path,
+    say_set_check,
     start_outputs,
     timeline_path,
     write_set_check,
@@ -193,13 +193,7 @@ def run_predict(paths: Sequence[Path], model: str, out: Path, params: Path, *,
                       rules=scoring_rules(detector, params), resume=resume,
                       progress=progress, max_batch_segments=max_batch_segments,
                       stamp=DetectorStamp.of(model, file, detector))
-    print(f"predict: {summary.domain_set.line()} -> {domain_path(out)}")
-    if summary.domain_set.domain == SHIFTED:
-        log.warning("predict: these recordings, taken together, are farther from the training "
-                    "recordings than new sites of the training network are (set domain check "
-                    "p = %.2g): every call reads UNCERTAIN (notes say why); leak_prob still "
-                    "ranks them; check the calls against labelled recordings of this network "
-                    "first", summary.domain_set.p_value)
+    say_set_check(summary.domain_set, out)
     print(f"predict: {summary.written} recordings ({counts_text(summary.verdicts)}, "
           f"{summary.unusable} unusable, {summary.errors} unreadable, {summary.skipped} kept "
           f"from before) in {summary.seconds:.1f} s -> {out}, timeline {timeline_path(out)}, "

@@ -24,7 +24,9 @@ clips' band profile against evaluate's reference, ``decision.domain``; a part wi
 reference says nothing) is, ``domain_reason`` naming the part (``logger_stats band: ...``,
 ``cnn shape: ...``), ``domain_distance`` the larger of the two distances each over its own limit
 (the statistics' 1, the CNN's val threshold): above 1 a part is past its limit. A shifted
-recording's verdict is UNCERTAIN (``decision.verdict``).
+recording's verdict is UNCERTAIN (``decision.verdict``). The set domain check reads the CNN
+part's distance of each recording (``cnn_distance``, against that part's val recordings: a
+shifted set makes every call UNCERTAIN, ``predict_rows.check_recording_set``).
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ from leakpipe.features.mel import band_centers_hz
 from leakpipe.features.recording_stats import StatsAccumulator
 from leakpipe.files import os_problem
 from leakpipe.predict_inputs import Unusable, prepare
-from leakpipe.predict_rows import STATUS_ERROR, STATUS_UNUSABLE
+from leakpipe.predict_rows import SET_DISTANCE, STATUS_ERROR, STATUS_UNUSABLE
 from leakpipe.predict_scoring import ClipScoring
 from leakpipe.predict_stats import RAW_DECIMALS, blank_row, run_predict_stats, top_statistic
 from leakpipe.predict_target import DetectorStamp
@@ -114,14 +116,25 @@ def score_fused_file(path: Path, detector: FusedDetector, scoring: ClipScoring) 
         **call_fields(score, detector.threshold, detector.leak_prob(score),
                       detector.prob_threshold),
         "top_statistic": top_statistic(detector.logger_stats.contributions(measured.stats)),
-        **fused_domain(detector, measured), "notes": measured.notes})
+        **fused_domain(detector, measured), "notes": measured.notes,
+        SET_DISTANCE: cnn_distance(detector, measured)})
+
+
+def cnn_distance(detector: FusedDetector, measured: FusedMeasured) -> float:
+    """The CNN part's distance D of the recording's band profile (what the set domain check
+    compares with that part's val recordings' D; NaN without a reference)."""
+    return _cnn_check(detector, measured).distance
+
+
+def _cnn_check(detector: FusedDetector, measured: FusedMeasured) -> DomainCheck:
+    f = detector.cnn.features
+    return assess(detector.cnn.domain, measured.profile,
+                  band_centers_hz(f.n_mels, f.fmin, f.fmax), measured.rate / 2)
 
 
 def fused_domain(detector: FusedDetector, measured: FusedMeasured) -> dict[str, Any]:
     """``domain``, ``domain_distance`` and ``domain_reason`` of both parts' checks."""
-    f = detector.cnn.features
-    checks = {"cnn": assess(detector.cnn.domain, measured.profile,
-                            band_centers_hz(f.n_mels, f.fmin, f.fmax), measured.rate / 2),
+    checks = {"cnn": _cnn_check(detector, measured),
               detector.logger_stats.kind: detector.logger_stats.domain(measured.stats)}
     limits = {"cnn": detector.cnn.domain.threshold if detector.cnn.domain else math.nan,
               detector.logger_stats.kind: 1.0}
@@ -152,5 +165,6 @@ def run_predict_fused(paths: Sequence[Path], detector: FusedDetector, out: Path,
                                                      scoring=scoring))
 
 
-__all__ = ["ClipScoring", "FusedMeasured", "combined_domain", "fused_domain", "measure_fused",
+__all__ = ["ClipScoring", "FusedMeasured", "cnn_distance", "combined_domain", "fused_domain",
+           "measure_fused",
            "run_predict_fused", "score_fused_file"]

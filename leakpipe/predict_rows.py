@@ -39,6 +39,8 @@ from __future__ import annotations
 
 import csv
 import json
+import logging
+import math
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -48,8 +50,8 @@ from typing import Any
 
 import numpy as np
 
-from leakpipe.decision.domain import assess
-from leakpipe.decision.domain_set import SetCheck
+from leakpipe.decision.domain import IN, SHIFTED, DomainReference, assess
+from leakpipe.decision.domain_set import SetCheck, set_check
 from leakpipe.decision.verdict import (
     DECIMALS,
     call_fields,
@@ -63,8 +65,10 @@ from leakpipe.errors import DataError
 from leakpipe.features.mel import band_centers_hz
 from leakpipe.files import csv_text, write_text_atomic
 
-__all__ = ["COLUMNS", "CSV_COLUMNS", "DECIMALS", "STATUS_ERROR", "STATUS_OK",
-           "STATUS_UNUSABLE", "TIMELINE",
+__all__ = ["COLUMNS", "CSV_COLUMNS", "DECIMALS", "SET_DISTANCE", "STATUS_ERROR", "STATUS_OK",
+           "STATUS_UNUSABLE", "TIMELINE", "apply_set_verdict", "check_recording_set",
+           "distances_of", "domain_path", "earlier_distances", "say_set_check",
+           "write_set_check",
            "TIMELINE_COLUMNS", "Failed", "OutputWriter", "Prepared", "completed_rows",
            "error_row", "result_row", "start_outputs", "timeline_path", "timeline_rows"]
 
@@ -76,6 +80,11 @@ CSV_COLUMNS = tuple(c for c in COLUMNS if c not in TIMELINE)   # predict's CSV: 
 TIMELINE_COLUMNS = ("path", "clip", "start_s", "long_prob")    # its timeline CSV: one per segment
 STATUS_OK, STATUS_ERROR = "ok", "error"
 STATUS_UNUSABLE = "unusable"   # read, but no decision on it: a refused signal check or format
+# a recording-level row's distance for the set domain check (not a CSV column: it goes to the
+# set check's JSON, so that --resume can check the whole set again)
+SET_DISTANCE = "set_distance"
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -173,22 +182,63 @@ def distances_of(rows: Sequence[dict[str, Any]]) -> list[float]:
             if row.get("domain_distance") not in ("", None)]
 
 
-def write_set_check(out: Path, check: SetCheck, rows: Sequence[dict[str, Any]]) -> None:
-    """The run's set domain check and its per-recording counts, as JSON beside ``out``."""
+def write_set_check(out: Path, check: SetCheck, rows: Sequence[dict[str, Any]],
+                    distances: dict[str, float] | None = None) -> None:
+    """The run's set domain check and its per-recording counts, as JSON beside ``out``; with
+    ``distances`` (path -> the distance the check read) those too."""
     counts = Counter(str(row.get("domain") or "") for row in rows)
-    doc = {"set": check.to_dict(), "recordings": {
+    doc: dict[str, Any] = {"set": check.to_dict(), "recordings": {
         name: counts.get(name, 0) for name in ("in", "shifted", "unknown")}}
+    if distances is not None:
+        doc["distances"] = {path: d if math.isfinite(d) else None
+                            for path, d in distances.items()}
     write_text_atomic(domain_path(out), json.dumps(doc, indent=1) + "\n")
 
 
-def apply_set_verdict(out: Path, check: SetCheck) -> list[dict[str, str]]:
+def earlier_distances(out: Path) -> dict[str, float]:
+    """The per-recording distances an earlier run into ``out`` wrote beside it ({} if none)."""
+    try:
+        doc = json.loads(domain_path(out).read_text())
+        return {str(p): math.nan if d is None else float(d)
+                for p, d in dict(doc.get("distances") or {}).items()}
+    except (OSError, ValueError, TypeError, AttributeError):
+        return {}
+
+
+def check_recording_set(out: Path, reference: DomainReference | None,
+                        distances: dict[str, float],
+                        columns: Sequence[str]) -> tuple[SetCheck, list[dict[str, str]]]:
+    """The set domain check of the recordings of the CSV ``out`` (path -> distance, NaN when
+    unknown; ``reference`` None: the detector keeps no val distances): its answer given to
+    every row (``apply_set_verdict``) and written beside ``out``; the check and the rows."""
+    check = set_check(reference, np.array(list(distances.values()), dtype=np.float64))
+    rows = apply_set_verdict(out, check, columns)
+    write_set_check(out, check, rows, distances)
+    return check, rows
+
+
+def apply_set_verdict(out: Path, check: SetCheck,
+                      columns: Sequence[str] = CSV_COLUMNS) -> list[dict[str, str]]:
     """Rewrite the CSV ``out`` (every row written) with each row's verdict under the set's
     answer (``with_set_verdict``); returns the rows. One atomic replace: a crash leaves the
     rows as they were, and ``--resume`` applies the set answer again."""
     rows = [with_set_verdict(row, check.domain, check.p_value)
-            for row in _whole_rows(Path(out), CSV_COLUMNS)]
-    write_text_atomic(Path(out), csv_text(rows, CSV_COLUMNS))
+            for row in _whole_rows(Path(out), columns)]
+    write_text_atomic(Path(out), csv_text(rows, columns))
     return rows
+
+
+def say_set_check(check: SetCheck, out: Path, what: str = "") -> None:
+    """The set check's line (first in predict's summary) and, for a shifted set, what it means
+    for the rows. ``what`` replaces the line of an unknown answer (why there is none)."""
+    line = what if what and check.domain not in (SHIFTED, IN) else check.line()
+    print(f"predict: {line} -> {domain_path(out)}")
+    if check.domain == SHIFTED:
+        log.warning("predict: these recordings, taken together, are farther from the training "
+                    "recordings than new sites of the training network are (set domain check "
+                    "p = %.2g): every call reads UNCERTAIN (notes say why); leak_prob still "
+                    "ranks them; check the calls against labelled recordings of this network "
+                    "first", check.p_value)
 
 
 def timeline_path(out: Path) -> Path:

@@ -15,6 +15,10 @@ the statistics' domain check (``decision.stats_domain``, as the served detector 
 ``verdict`` what a person reads (``decision.verdict``: UNCERTAIN for a shifted recording, whose
 notes then say why and what to do; UNUSABLE without a call).
 
+After the rows, the recordings are checked as a set where the detector keeps a set reference
+(``set_reference``: a fused detector's CNN part; a logger_stats detector has none, and predict
+says so), and a shifted set's calls read UNCERTAIN (``predict_rows.check_recording_set``).
+
 The output contract is predict's (``predict_target``): the recordings and ``--out`` checked
 first, the detector recorded beside the CSV, ``--resume`` continuing only a CSV of the same
 detector and scoring again every row that did not end ``ok``.
@@ -25,9 +29,9 @@ from __future__ import annotations
 import csv
 import functools
 import logging
+import math
 import os
 import time
-from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -37,6 +41,7 @@ from tqdm import tqdm
 
 from leakpipe.audio.clips import AudioError
 from leakpipe.audio.opening import open_audio, unread_format
+from leakpipe.decision.domain import DomainReference
 from leakpipe.decision.verdict import (
     LEAK,
     UNCERTAIN,
@@ -49,7 +54,16 @@ from leakpipe.decision.verdict import (
 from leakpipe.errors import DataError
 from leakpipe.files import file_sha256, os_problem, write_csv_atomic
 from leakpipe.predict_inputs import PREDICT_SUFFIXES, find_recordings
-from leakpipe.predict_rows import DECIMALS, STATUS_ERROR, STATUS_OK, STATUS_UNUSABLE
+from leakpipe.predict_rows import (
+    DECIMALS,
+    SET_DISTANCE,
+    STATUS_ERROR,
+    STATUS_OK,
+    STATUS_UNUSABLE,
+    check_recording_set,
+    earlier_distances,
+    say_set_check,
+)
 from leakpipe.predict_target import DetectorStamp, check_resume, write_stamp
 from leakpipe.stats_detector import StatsDetector, measure
 
@@ -69,6 +83,9 @@ class RecordingDetector(Protocol):
 
     @property
     def prob_threshold(self) -> float: ...
+
+    @property
+    def set_reference(self) -> DomainReference | None: ...
 
 
 def stamp_of(model: str, file: Path, detector: RecordingDetector) -> DetectorStamp:
@@ -154,17 +171,23 @@ def run_predict_stats(paths: Sequence[Path], detector: RecordingDetector, out: P
     except OSError as exc:
         raise DataError(f"--out {out}: cannot be written ({os_problem(out, exc)})") from None
     counts = {"written": 0, "unusable": 0, "errors": 0, "kept": len(kept)}
-    verdicts: Counter[str] = Counter()
+    before = earlier_distances(out) if resume else {}
+    distances = {path: before.get(path, math.nan) for path in done}
     with Path(out).open("a", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=COLUMNS, lineterminator="\n")
         for path in tqdm(todo, desc="predict", unit="rec", disable=not progress):
             row = score(path)
+            distances[str(path)] = float(row.pop(SET_DISTANCE, math.nan))
             writer.writerow(row)
             handle.flush()
             counts["written"] += 1
-            verdicts += verdict_counts([row])
             counts["unusable"] += row["status"] == STATUS_UNUSABLE
             counts["errors"] += row["status"] == STATUS_ERROR
+    check, rows = check_recording_set(out, detector.set_reference, distances, COLUMNS)
+    verdicts = verdict_counts(row for row in rows if row["path"] not in done)
+    say_set_check(check, out, "" if detector.set_reference is not None else (
+        f"set domain check: none (a {detector.kind} detector keeps no val distances to compare "
+        "a set with)"))
     print(f"predict: {counts['written']} recordings ({counts_text(verdicts)}, "
           f"{counts['unusable']} unusable, {counts['errors']} unreadable, {counts['kept']} kept "
           f"from before) in {time.perf_counter() - start:.1f} s -> {out} ({detector.kind} "

@@ -42,7 +42,7 @@ import torch
 from leakpipe.audio.quality import SignalStats, find_issues, truncation
 from leakpipe.config import QualityConfig, RecordingStatsConfig, from_mapping
 from leakpipe.decision.calibration import Calibration
-from leakpipe.decision.domain import DomainCheck
+from leakpipe.decision.domain import DomainCheck, DomainReference
 from leakpipe.decision.stacking import Stacker, clip_logit, logit
 from leakpipe.decision.stats_domain import assess_stats
 from leakpipe.decision.voting import file_scores
@@ -115,6 +115,12 @@ class StatsDetector:
             values = self.net.contributions(x)[0].double().numpy()
         return dict(zip(self.net.names, values.tolist(), strict=True))
 
+    @property
+    def set_reference(self) -> DomainReference | None:
+        """What the set domain check compares a set's distances with: None, the statistics'
+        check keeps no val recordings' distances (so a set of them is not checked)."""
+        return None
+
     def domain(self, stats: np.ndarray) -> DomainCheck:
         """One recording's (S_all,) statistics -> the domain check of those the net reads
         (``decision.stats_domain``: train means and scales, and the missing shares where the
@@ -140,6 +146,12 @@ class FusedDetector:
     def quality(self) -> QualityConfig:
         """build.quality's signal checks (the statistics part's: every kind refuses alike)."""
         return self.logger_stats.quality
+
+    @property
+    def set_reference(self) -> DomainReference | None:
+        """What the set domain check compares a set's distances with: the CNN part's reference
+        (its val recordings' distances D of their band profiles; None for an older CNN)."""
+        return self.cnn.domain
 
     def leak_prob(self, score: float) -> float:
         return float(self.calibration.prob(score))

@@ -105,7 +105,7 @@ def ship(root: Path, params: Path, cv: Path) -> int:
                  "--data-dir", str(root / "data"), "--unvalidated",
                  "--shipped", str(root / "shipped.pt"), "--metrics", str(root / "ship.json"),
                  "--predictions", str(root / "predictions.csv"),
-                 "--model-card", str(root / "card.md")])
+                 "--model-card", str(root / "card.md"), "--plots-dir", str(root / "plots")])
 
 
 def wavs(folder: Path) -> dict[str, Path]:

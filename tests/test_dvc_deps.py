@@ -3,7 +3,7 @@
 DVC re-runs a stage only when one of its listed `deps` changes. A module the stage imports
 but that no dep covers can change while `dvc repro` still calls the stage up to date, although
 running it again would give a different result. Each stage's code is one dep, its digest file
-``digests/<stage>.txt`` (written by stage `check` with stages/code_digests.py): the sha256 of
+``digests/<stage>.txt`` (written by stage `check` with tools/code_digests.py): the sha256 of
 the stage's script and of every package module it imports. These tests check that the digest
 files list exactly each stage's import closure and that dvc.yaml declares them as
 ``make deps`` writes it. The imports are read statically (AST only, nothing is imported, no
@@ -26,10 +26,10 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def _load_tool() -> ModuleType:
-    """stages/code_digests.py (stages/ is no package: loaded by path, once)."""
+    """tools/code_digests.py (tools/ is no package: loaded by path, once)."""
     name = "leakpipe_stage_code_digests"
     if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, REPO / "stages" / "code_digests.py")
+        spec = importlib.util.spec_from_file_location(name, REPO / "tools" / "code_digests.py")
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module
         spec.loader.exec_module(module)
@@ -38,7 +38,7 @@ def _load_tool() -> ModuleType:
 
 tool = _load_tool()
 PACKAGE = tool.PACKAGE
-FIX = "run `make deps` (stages/code_digests.py write, then dvc repro check)"
+FIX = "run `make deps` (tools/code_digests.py write, then dvc repro check)"
 
 
 # REPO is read at call time: tests/test_layers.py points it at a copy of the package.
@@ -145,8 +145,8 @@ def test_a_module_change_changes_exactly_its_importers_digests(tmp_path: Path) -
 def test_rewrite_declares_each_stages_digest_and_names_it_in_check(tmp_path: Path) -> None:
     old = ("stages:\n"
            "  check:\n    cmd:\n      - python stages/check.py\n"
-           "      - python stages/code_digests.py digests --out digests synth\n"
-           "    deps: [leakpipe, stages]\n    outs:\n      - digests: {cache: false}\n\n"
+           "      - python tools/code_digests.py digests --out digests synth\n"
+           "    deps: [leakpipe, stages, tools]\n    outs:\n      - digests: {cache: false}\n\n"
            "  train:   # a stage as dvc.yaml listed them before\n"
            "    cmd: python stages/train.py --model m.pt\n    deps:\n      - stages/train.py\n"
            "      - leakpipe/__init__.py\n      - leakpipe/train/fit.py\n"
@@ -154,14 +154,14 @@ def test_rewrite_declares_each_stages_digest_and_names_it_in_check(tmp_path: Pat
            "plots:\n  - m.csv\n")
     new = tool.render(old)
     assert tool.render(new) == new
-    assert "      - python stages/check.py\n      - >-\n        python stages/code_digests.py " \
-           "digests --out digests train\n    deps: [leakpipe, stages]\n" in new
+    assert "      - python stages/check.py\n      - >-\n        python tools/code_digests.py " \
+           "digests --out digests train\n    deps: [leakpipe, stages, tools]\n" in new
     assert "      - stages/train.py\n      - digests/train.txt\n      - data/train.h5   # kept\n" \
            "    params: [train]\n" in new
     assert PACKAGE + "/" not in new and new.endswith("plots:\n  - m.csv\n")
     assert yaml.safe_load(new)["stages"]["train"]["deps"] == [
         "stages/train.py", "digests/train.txt", "data/train.h5"]
-    broken = old.replace("deps: [leakpipe, stages]", "deps: [stages]")
+    broken = old.replace("deps: [leakpipe, stages, tools]", "deps: [stages, tools]")
     with pytest.raises(tool.DepsError, match="'check' must list leakpipe as deps"):
         tool.render(broken)
 
@@ -173,7 +173,7 @@ def test_an_unknown_script_writes_nothing(tmp_path: Path,
     (out / "train.txt").write_text("previous\n")
     assert tool.main(["digests", "--out", str(out), "train", "nosuch"]) == 2
     err = capsys.readouterr().err.strip()
-    assert err == "stages/code_digests.py: stages/nosuch.py: no such stage script"
+    assert err == "tools/code_digests.py: stages/nosuch.py: no such stage script"
     assert [p.name for p in out.iterdir()] == ["train.txt"]
     assert (out / "train.txt").read_text() == "previous\n"
     assert [p.name for p in tmp_path.iterdir()] == ["digests"]       # no staging folder left

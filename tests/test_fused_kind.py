@@ -9,6 +9,7 @@ call exactly into the parts' evidence and the statistics' contributions."""
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -18,16 +19,21 @@ import pytest
 import soundfile as sf
 
 from leakpipe.cli import main
+from leakpipe.decision import domain as dm
 from leakpipe.export.fused_graph import OUTPUT, SEGMENTS, STATISTICS, as_segments
 from leakpipe.export.graph import cpu_session
 from leakpipe.features.recording_stats import recording_stats
-from leakpipe.predict_scoring import score_segments
+from leakpipe.predict_fused import measure_fused
+from leakpipe.predict_rules import scoring_rules
+from leakpipe.predict_scoring import clip_scoring, score_segments
 from leakpipe.runtime import make_runtime
 from leakpipe.ship.stage import chosen_kind
-from leakpipe.stats_detector import FusedDetector, load_any_detector
+from leakpipe.stats_detector import FusedDetector, load_any_detector, save_fused_detector
+from tests.conftest import PARAMS
 from tests.helpers_detector import copied_store
-from tests.helpers_fused import clips_of, cv_selecting, params_with, ship, wavs
+from tests.helpers_fused import SECONDS, clips_of, cv_selecting, params_with, ship, wavs
 from tests.test_ship import RATE, SPEC
+from tests.test_ship import _recording as _site_recording
 
 
 @pytest.fixture(scope="module")
@@ -114,6 +120,50 @@ def test_predict_decides_each_recording_from_one_decoding(shipped: Path,
     assert stamp["rule"] == "fused"
 
 
+def test_a_shifted_set_makes_every_fused_call_uncertain_and_resume_checks_the_whole_set(
+        shipped: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The set domain check of a fused detector reads its CNN part's distances: eight
+    recordings of one hum far from the training sites, scored in two runs (--resume), are one
+    shifted set; every call reads UNCERTAIN, its notes say why, decision and leak_prob stay."""
+    detector = load_any_detector(shipped)
+    assert detector.set_reference is None                  # this CNN predates the reference
+    scoring = clip_scoring(detector.cnn, scoring_rules(detector.cnn, PARAMS), make_runtime("cpu"))
+    rng = np.random.default_rng(5)
+    profiles = []
+    for i in range(36):                                   # the training world's recordings
+        sf.write(tmp_path / "ref.wav", _site_recording(rng, bool(i % 2)), RATE, subtype="PCM_16")
+        profiles.append(measure_fused(tmp_path / "ref.wav", detector, scoring).profile)
+    ref = dm.fit_threshold(dm.fit_reference(np.stack(profiles[:24])), np.stack(profiles[24:]))
+    model = tmp_path / "fused.pt"
+    save_fused_detector(model, dataclasses.replace(
+        detector, cnn=dataclasses.replace(detector.cnn, domain=ref)))
+    assert load_any_detector(model).set_reference.val_distances.size == 12
+    folder = tmp_path / "hum"
+    folder.mkdir()
+    t = np.arange(SECONDS * RATE) / RATE
+    for i in range(8):
+        x = 0.3 * np.sin(2 * np.pi * (300 + 20 * i) * t) + 1e-3 * rng.standard_normal(t.size)
+        sf.write(folder / f"hum{i}.wav", x.astype(np.float32), RATE, subtype="PCM_16")
+    out = tmp_path / "pred.csv"
+    first = sorted(folder.glob("*.wav"))[:3]
+    assert main(["predict", *map(str, first), "--model", str(model), "--out", str(out),
+                 "--no-progress", "--device", "cpu"]) == 0
+    capsys.readouterr()
+    assert main(["predict", str(folder), "--model", str(model), "--out", str(out),
+                 "--resume", "--no-progress", "--device", "cpu"]) == 0
+    printed = capsys.readouterr().out
+    written = json.loads((tmp_path / "pred_domain.json").read_text())
+    assert written["set"]["n"] == 8 and len(written["distances"]) == 8   # kept rows counted
+    assert written["set"]["domain"] == "shifted", written["set"]
+    assert printed.startswith("predict: set domain check: shifted")
+    assert "predict: 5 recordings (0 LEAK, 0 NOLEAK, 5 UNCERTAIN" in printed
+    rows = _rows(out)
+    assert len(rows) == 8
+    for row in rows.values():
+        assert row["verdict"] == "UNCERTAIN" and row["decision"] in ("LEAK", "NOLEAK")
+        assert "UNCERTAIN as a set:" in row["notes"] and row["leak_prob"]
+
+
 def test_export_gives_one_graph_that_computes_the_stacked_probability(
         shipped: Path, tmp_path: Path) -> None:
     out = tmp_path / "edge"
@@ -175,4 +225,5 @@ def test_explain_splits_the_call_into_the_parts_evidence(shipped: Path, tmp_path
     assert ex["raw_threshold"] == detector.threshold != ex["threshold"]
     assert (out / "leak.png").stat().st_size > 0
     assert main(["explain", str(paths["dead"]), "--model", str(shipped), "--out",
-                 str(out), "--device", "cpu"]) == 3                      # unusable: no call
+                 str(out), "--device", "cpu"]) == 0     # unusable, as predict says: no call
+    assert not (out / "dead.png").exists()

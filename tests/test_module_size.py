@@ -16,7 +16,7 @@ from pathlib import Path
 from tests.test_dvc_deps import REPO
 
 MAX_LINES: Mapping[str, int] = {"leakpipe": 350, "stages": 400, "tests": 400,
-                                "benchmarks": 400}
+                                "benchmarks": 400, "tools": 400}
 
 
 def long_modules(repo: Path, max_lines: Mapping[str, int] = MAX_LINES) -> list[str]:
@@ -43,3 +43,31 @@ def test_a_module_one_line_over_its_roots_cap_is_caught(tmp_path: Path) -> None:
         (tmp_path / root / f"m{n}.py").write_text("x = 1\n" * n)
     assert long_modules(tmp_path) == ["leakpipe/m351.py: 351 lines", "tests/m401.py: 401 lines",
                                       "benchmarks/perf/gpu/m401.py: 401 lines"]
+
+
+MAX_FUNCTION_LINES = 60     # a function longer than a screen holds more than one step
+
+
+def long_functions(root: Path, cap: int = MAX_FUNCTION_LINES) -> list[str]:
+    """``<path>:<line> <name>: <n> lines`` for every function under ``root`` longer than
+    ``cap`` lines (its decorators aside, its docstring included)."""
+    import ast
+
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                n = node.end_lineno - node.lineno + 1
+                if n > cap:
+                    found.append(f"{path.relative_to(root.parent)}:{node.lineno} {node.name}: "
+                                 f"{n} lines")
+    return found
+
+
+def test_no_package_function_is_longer_than_a_screen(tmp_path: Path) -> None:
+    assert long_functions(REPO / "leakpipe") == []
+    (tmp_path / "pkg").mkdir()
+    body = "".join(f"    x{i} = {i}\n" for i in range(MAX_FUNCTION_LINES))
+    (tmp_path / "pkg" / "m.py").write_text(f"def short():\n{body[:-len('    x59 = 59')-1]}\n"
+                                           f"def long():\n{body}")
+    assert long_functions(tmp_path / "pkg") == ["pkg/m.py:62 long: 61 lines"]   # short: 60, kept

@@ -55,7 +55,8 @@ def shipped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Shipped]:
                      "--data-dir", str(root / "data"), "--unvalidated",
                      "--shipped", str(root / "shipped.pt"), "--metrics", str(root / "ship.json"),
                      "--predictions", str(root / "p.csv"),
-                     "--model-card", str(root / "card.md")]) == 0
+                     "--model-card", str(root / "card.md"),
+                     "--plots-dir", str(root / "plots")]) == 0
         yield Shipped(root, root / "shipped.pt", store)
 
 

@@ -110,7 +110,7 @@ def test_ship_fits_a_logger_stats_detector_that_loads_and_decides(
                  "--data-dir", str(tmp_path / "data"), "--unvalidated",
                  "--shipped", str(out / "shipped.pt"), "--metrics", str(out / "ship.json"),
                  "--predictions", str(out / "predictions.csv"),
-                 "--model-card", str(out / "card.md")])
+                 "--model-card", str(out / "card.md"), "--plots-dir", str(out / "plots")])
     assert code == 0
     report = json.loads((out / "ship.json").read_text())
     assert report["kind"] == "logger_stats" and report["method"] == "auto"
@@ -178,7 +178,8 @@ def test_ship_of_the_cnn_kind_is_evaluates_detector_byte_for_byte(
                  "--metrics", str(tmp_path / "ship.json"),
                  "--predictions", str(tmp_path / "p.csv"),
                  "--model-card", str(tmp_path / "card.md"),
-                 "--cnn-card", str(tmp_path / "model_card.md")])
+                 "--cnn-card", str(tmp_path / "model_card.md"),
+                 "--plots-dir", str(tmp_path / "plots")])
     assert code == 0
     assert (tmp_path / "shipped.pt").read_bytes() == source.read_bytes()
     report = json.loads((tmp_path / "ship.json").read_text())
@@ -213,7 +214,8 @@ def test_without_a_registered_model_ship_registers_nothing(
                  "--metrics", str(tmp_path / "ship.json"),
                  "--predictions", str(tmp_path / "p.csv"),
                  "--model-card", str(tmp_path / "card.md"),
-                 "--cnn-card", str(tmp_path / "absent.md")]) == 0
+                 "--cnn-card", str(tmp_path / "absent.md"),
+                 "--plots-dir", str(tmp_path / "plots")]) == 0
     assert tracking.alias_version(NAME, tracking.ALIAS_CANDIDATE) is None
     card = (tmp_path / "card.md").read_text()
     assert "evaluate's model card (`" in card and "was not found" in card
@@ -236,7 +238,7 @@ def test_a_split_without_statistics_is_one_line(tmp_path: Path,
                  "--data-dir", str(data), "--unvalidated", "--shipped",
                  str(tmp_path / "s.pt"), "--metrics", str(tmp_path / "s.json"),
                  "--predictions", str(tmp_path / "p.csv"),
-                 "--model-card", str(tmp_path / "card.md")])
+                 "--model-card", str(tmp_path / "card.md"), "--plots-dir", str(tmp_path / "plots")])
     assert code == 3
     err = capsys.readouterr().err
     assert "no recording statistics" in err and "Traceback" not in err

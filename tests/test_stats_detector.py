@@ -39,7 +39,8 @@ def shipped(tmp_path_factory: pytest.TempPathFactory) -> Path:
                      "--unvalidated", "--shipped", str(root / "shipped.pt"),
                      "--metrics", str(root / "ship.json"),
                      "--predictions", str(root / "p.csv"),
-                     "--model-card", str(root / "card.md")]) == 0
+                     "--model-card", str(root / "card.md"),
+                     "--plots-dir", str(root / "plots")]) == 0
     return root / "shipped.pt"
 
 
@@ -133,7 +134,8 @@ def test_explain_gives_the_exact_contributions(shipped: Path, tmp_path: Path) ->
     assert sizes == sorted(sizes, reverse=True)
     assert (out / "leak.png").stat().st_size > 0
     assert main(["explain", str(wavs["dead"]), "--model", str(shipped), "--out",
-                 str(out)]) == 3                                         # unusable: no call
+                 str(out)]) == 0                # unusable, as predict says: no call
+    assert not (out / "dead.png").exists()
     # the call on predict's one scale: predict's CSV row of the same file says the same
     assert main(["predict", str(wavs["leak"]), "--model", str(shipped), "--out",
                  str(tmp_path / "pred.csv"), "--no-progress"]) == 0
@@ -178,3 +180,17 @@ def test_predict_gives_the_statistics_domain_check_and_the_verdict(
     assert share is not None and share.shape == (len(load_any_detector(shipped).net.names),)
     assert "band1000_" in shifted["domain_reason"]
     assert "1 UNCERTAIN" in capsys.readouterr().out        # the summary line counts them
+
+
+def test_predict_says_a_logger_stats_detector_has_no_set_check(
+        shipped: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _wavs(tmp_path / "recs")
+    out = tmp_path / "pred.csv"
+    capsys.readouterr()
+    assert main(["predict", str(tmp_path / "recs"), "--model", str(shipped), "--out", str(out),
+                 "--no-progress"]) == 0
+    printed = capsys.readouterr().out
+    assert printed.startswith("predict: set domain check: none (a logger_stats detector keeps "
+                              "no val distances")
+    assert json.loads((tmp_path / "pred_domain.json").read_text())["set"]["domain"] == "unknown"
+    assert not [r for r in _rows(out).values() if "UNCERTAIN as a set" in r["notes"]]

@@ -15,7 +15,7 @@ import logging
 import math
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -164,13 +164,7 @@ def _convert(value: Any, hint: Any, key: str, source: str, finite: bool = True) 
             raise bad("a mapping with string keys")
         return {k: _convert(v, args[1], f"{key}.{k}", source, finite) for k, v in value.items()}
     if origin is Literal:
-        if isinstance(value, str) and value not in args and current_name(value) in args:
-            log.warning("%s: %s: %r is the old name of %r (a \"file\" was a clip); read as %r",
-                        source, key, value, current_name(value), current_name(value))
-            return current_name(value)
-        if value not in args:
-            raise bad(f"one of {list(args)}")
-        return value
+        return _literal(value, args, key, source, bad)
     if origin in (typing.Union, types.UnionType):
         if value is None and type(None) in args:
             return None
@@ -206,6 +200,19 @@ def _convert(value: Any, hint: Any, key: str, source: str, finite: bool = True) 
             raise bad("a string")
         return value
     raise TypeError(f"unsupported config type {hint!r} for {key}")
+
+
+def _literal(value: Any, args: tuple[Any, ...], key: str, source: str,
+             bad: Callable[[str], ConfigError]) -> Any:
+    """``value`` as one of ``args``; an older file's name of a figure (``val/file_f1``) is read
+    under its current one (``val/clip_f1``) with a warning."""
+    if isinstance(value, str) and value not in args and current_name(value) in args:
+        log.warning("%s: %s: %r is the old name of %r (a \"file\" was a clip); read as %r",
+                    source, key, value, current_name(value), current_name(value))
+        return current_name(value)
+    if value not in args:
+        raise bad(f"one of {list(args)}")
+    return value
 
 
 def _refuse_non_finite(value: Any, key: str, source: str) -> None:

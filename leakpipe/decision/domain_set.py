@@ -79,4 +79,16 @@ def set_check(ref: DomainReference | None, set_distances: np.ndarray,
                     float(np.median(ref.val_distances)), p, alpha)
 
 
-__all__ = ["SET_ALPHA", "SetCheck", "set_check"]
+def min_set_size(n_val: int, alpha: float = SET_ALPHA) -> int:
+    """The fewest recordings whose rank test against ``n_val`` val distances can reach
+    p < ``alpha`` at all: with every one of n recordings farther than every val one, the exact
+    one-sided p-value is 1 / C(n + n_val, n); below this size a set can never be called
+    shifted, so its answer says nothing (one recording against 252 val ones: p >= 1/253)."""
+    n, p = 1, 1.0 / (n_val + 1)
+    while p >= alpha:
+        n += 1
+        p *= n / (n_val + n)
+    return n
+
+
+__all__ = ["SET_ALPHA", "SetCheck", "min_set_size", "set_check"]

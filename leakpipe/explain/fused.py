@@ -23,7 +23,6 @@ from matplotlib.figure import Figure
 
 from leakpipe.decision.stacking import sigmoid
 from leakpipe.decision.verdict import call_fields, with_verdict
-from leakpipe.errors import DataError
 from leakpipe.explain.figure import title
 from leakpipe.explain.stats import (
     SHOWN,
@@ -35,7 +34,6 @@ from leakpipe.explain.stats import (
 )
 from leakpipe.explain.stats import to_json as stats_json
 from leakpipe.predict_fused import fused_domain, measure_fused
-from leakpipe.predict_inputs import Unusable
 from leakpipe.predict_rows import STATUS_OK
 from leakpipe.predict_scoring import ClipScoring
 from leakpipe.stats_detector import FusedDetector
@@ -54,11 +52,9 @@ class FusedExplanation:
 
 def explain_fused_recording(path: Path, detector: FusedDetector,
                             scoring: ClipScoring) -> FusedExplanation:
-    """One recording's explanation; an unusable one is a ``DataError`` (no call to explain)."""
-    try:
-        measured = measure_fused(path, detector, scoring)
-    except Unusable as exc:
-        raise DataError(f"{exc}: no leak call to explain") from None
+    """One recording's explanation; an unusable one raises ``Unusable`` as predict refuses it
+    (no call to explain)."""
+    measured = measure_fused(path, detector, scoring)     # Unusable: as predict refuses it
     logits = detector.part_logits(measured.cnn_prob, measured.stats[None, :])[0]    # (2,)
     evidence = detector.stacker.terms(logits)                                       # (2,)
     score = float(detector.stacker.prob(logits))

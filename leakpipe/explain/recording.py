@@ -26,6 +26,7 @@ import numpy as np
 from torch import nn
 
 from leakpipe.audio.opening import AudioSource
+from leakpipe.config import QualityConfig
 from leakpipe.constants import DECISION_NAMES
 from leakpipe.decision.domain import band_profile
 from leakpipe.decision.verdict import call_fields, shown, with_verdict
@@ -119,17 +120,18 @@ class Explanation:
 
 def explain_recording(recording: Path | AudioSource, detector: Detector, model: nn.Module, *,
                       runtime: Runtime, budget: int, min_fraction: float, bands_per_group: int,
-                      fill: str) -> Explanation:
+                      fill: str, quality: QualityConfig | None = None) -> Explanation:
     """Score ``recording`` as predict does, then with each band group occluded (see module).
 
-    Raises ``AudioError`` (a ``DataError`` naming the file) as predict's reading does.
+    Raises ``AudioError`` (a ``DataError`` naming the file) as predict's reading does, and
+    ``Unusable`` for a signal that fails a refused check of ``quality`` (predict's rules).
     """
     f = detector.features
     max_clips = max(1, budget // (f.n_long * f.n_short))
     groups = band_groups(f, bands_per_group)
     starts, probs, stats, bands, profiles = [], [], [], [], []
     notes, duration, band_hz = "", 0.0, 0.0
-    for part in prepare(recording, detector, min_fraction, max_clips):
+    for part in prepare(recording, detector, min_fraction, max_clips, quality):
         starts.append(part.starts_s)
         probs.append(score_segments(detector, model, part.mel, runtime, budget))
         stats.append(clip_levels(part.mel, fill))
@@ -138,7 +140,7 @@ def explain_recording(recording: Path | AudioSource, detector: Detector, model: 
         notes, duration, band_hz = part.notes, part.duration_s, part.band_hz
     fill_db = recording_level(np.concatenate(stats))
     hidden = [_occluded_probs(part.mel, groups, fill_db, detector, model, runtime, budget)
-              for part in prepare(recording, detector, min_fraction, max_clips)]
+              for part in prepare(recording, detector, min_fraction, max_clips, quality)]
     voting = detector.voting
     base = np.concatenate(probs)                                       # (clips, L, S)
     n_short = base.shape[-1]

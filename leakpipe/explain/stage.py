@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from leakpipe.allocator import retain_freed_memory
+from leakpipe.audio.opening import unread_format
 from leakpipe.constants import DECISION_NAMES
 from leakpipe.errors import DataError
 from leakpipe.explain.figure import call_text, explanation_figure
@@ -33,7 +34,7 @@ from leakpipe.explain.occlusion import FILLS
 from leakpipe.explain.recording import Explanation, explain_recording, to_json
 from leakpipe.files import json_text, os_problem, write_bytes_atomic, write_text_atomic
 from leakpipe.predict import resolve_model
-from leakpipe.predict_inputs import find_recordings
+from leakpipe.predict_inputs import Unusable, select_recordings
 from leakpipe.predict_rows import STATUS_OK
 from leakpipe.predict_rules import batch_budget, scoring_rules
 from leakpipe.predict_scoring import clip_scoring
@@ -70,7 +71,7 @@ def run_explain(paths: Sequence[Path], model: str, out: Path, params: Path, *,
     def explain(path: Path) -> Rendered:
         ex = explain_recording(path, detector, net, runtime=runtime, budget=budget,
                                min_fraction=rules.min_clip_fraction,
-                               bands_per_group=bands_per_group, fill=fill)
+                               bands_per_group=bands_per_group, fill=fill, quality=rules.quality)
         return Rendered(explanation_figure(ex), to_json(ex),
                         f"{call_text(ex.shown)}; {_top(ex)}")
 
@@ -101,10 +102,8 @@ def _explain_fused(paths: Sequence[Path], detector: FusedDetector, out: Path, pa
 
     def explain(path: Path) -> Rendered:
         ex = fused.explain_fused_recording(path, detector, scoring)
-        top = max(ex.parts, key=lambda k: abs(ex.parts[k]["evidence"]))
         return Rendered(fused.fused_figure(ex), fused.to_json(ex),
-                        f"{call_text(ex.call)}; most from the {top} part "
-                        f"({ex.parts[top]['evidence']:+.2f} to the logit)")
+                        f"{call_text(ex.call)}; {_main_term(ex)}")
 
     return _explain_each(paths, out, explain)
 
@@ -120,13 +119,21 @@ class Rendered:
 
 def _explain_each(paths: Sequence[Path], out: Path,
                   explain: Callable[[Path], Rendered]) -> int:
-    """``DIR/<stem>.png`` and ``.json`` per recording, one line each; a recording that cannot
-    be read or explained is one ``error:`` line and the exit code becomes 3."""
+    """``DIR/<stem>.png`` and ``.json`` per recording, one line each. The recordings are
+    predict's (``select_recordings``: a missing path or no recording at all is refused before
+    anything is loaded), and so are the refusals: a format leakpipe does not read or a signal
+    that fails a refused check is one ``UNUSABLE`` line and nothing explained (predict's
+    ``unusable`` row); one that cannot be read is an ``error:`` line and the exit code 3."""
     stems: dict[str, int] = {}
     failed = 0
-    for path in find_recordings(paths):
+    for path in select_recordings(paths):
         try:
+            if reason := unread_format(path):
+                raise Unusable(reason)
             rendered = explain(path)
+        except Unusable as exc:
+            print(f"explain: {path}: UNUSABLE: {exc}; no leak call to explain")
+            continue
         except DataError as exc:
             failed += 1
             print(f"error: {exc}", file=sys.stderr)
@@ -158,6 +165,17 @@ def explain_leaks(predictions: Path, model: str, out: Path, params: Path, *,
         return 0
     print(f"explain: {len(leaks)} LEAK decisions in {predictions} -> {out}")
     return run_explain(leaks, model, out, params, device=device)
+
+
+def _main_term(ex: Any) -> str:
+    """The term of the stacked logit (a part's evidence, or the stacker's intercept) that
+    pushed the call most the way it went, signed: what actually moved the score."""
+    terms = {f"the {name} part": part["evidence"] for name, part in ex.parts.items()}
+    terms["the stacker's intercept"] = ex.bias
+    leak = ex.raw_score >= ex.raw_threshold
+    name = max(terms, key=lambda k: terms[k] if leak else -terms[k])
+    others = ", ".join(f"{k} {v:+.2f}" for k, v in terms.items() if k != name)
+    return f"most from {name} ({terms[name]:+.2f} to the logit; {others})"
 
 
 def _top(ex: Explanation) -> str:

@@ -23,9 +23,9 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from leakpipe.decision.verdict import call_fields, with_verdict
-from leakpipe.errors import DataError
 from leakpipe.explain.figure import title
 from leakpipe.features.recording_stats import stat_names
+from leakpipe.predict_inputs import Unusable
 from leakpipe.predict_rows import STATUS_OK
 from leakpipe.predict_stats import stats_domain_fields
 from leakpipe.stats_detector import StatsDetector, measure
@@ -50,9 +50,9 @@ def explain_stats_recording(path: Path, detector: StatsDetector) -> StatsExplana
     from leakpipe.audio.opening import open_audio
 
     measured = measure(open_audio(path), detector)
-    if measured.stats is None:
-        raise DataError(f"{path}: unusable ({'; '.join(measured.problems)}): no leak call to "
-                        "explain")
+    if measured.stats is None:          # predict's words for the same refusal
+        raise Unusable(f"{path}: {'; '.join(measured.problems)} (build.quality.reject: no "
+                       "decision)")
     return stats_explanation(path, measured.stats, detector)
 
 

@@ -43,7 +43,9 @@ samples, a bad rate) gets ``status`` "error" and its reason in ``notes``; one wh
 build's checks as the detector's `build.quality` refuses them (a dead, constant channel always,
 for every kind) gets ``status`` "unusable", no ``decision`` and no ``leak_prob``: a silent
 logger never reads as "no leak". The others are still answered; a check that only flags a
-recording is in its ``notes``.
+recording is in its ``notes``. A request's recordings are also checked as a set, as predict
+checks a folder (``request.with_request_set``): when they are, taken together, farther from the
+training recordings than its val recordings were, every call reads UNCERTAIN.
 
 Modules: ``model`` (``DetectorModel``, the schema and input example, ``log_served_detector``,
 ``SCORERS``: the scorer of each kind), ``request`` (a request's rows as recordings, an answer's

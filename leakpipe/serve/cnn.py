@@ -11,7 +11,7 @@ from leakpipe.audio.opening import AudioSource
 from leakpipe.audio.quality import DEAD_ONLY
 from leakpipe.detector import Detector
 from leakpipe.errors import DataError
-from leakpipe.predict_rows import Failed, error_row
+from leakpipe.predict_rows import SET_DISTANCE, Failed, error_row
 from leakpipe.predict_rules import ScoringRules, batch_budget
 from leakpipe.predict_scoring import score_recordings
 from leakpipe.runtime import make_runtime
@@ -59,8 +59,12 @@ class CnnScorer:
             usable, self.detector, self.network, runtime=self.runtime, budget=self.budget,
             min_fraction=self.rules.min_clip_fraction, quality=self.rules.quality)
             for row in batch])
-        return [next(scored) if isinstance(s, AudioSource) else error_row(s, self.detector)
+        rows = [next(scored) if isinstance(s, AudioSource) else error_row(s, self.detector)
                 for s in sources]
+        for row in rows:              # the set domain check reads the rows' D (serve.request)
+            d = row.get("domain_distance")
+            row[SET_DISTANCE] = float(d) if d not in ("", None) else float("nan")
+        return rows
 
 
 __all__ = ["CnnScorer", "served_rules"]

@@ -39,12 +39,19 @@ from leakpipe.audio.clips import AudioError
 from leakpipe.audio.opening import AudioSource
 from leakpipe.decision.verdict import DECIMALS, call_fields, with_verdict
 from leakpipe.predict_fused import (  # combined_domain here too for its callers
+    cnn_distance,
     combined_domain,
     fused_domain,
     measure_fused,
 )
 from leakpipe.predict_inputs import Unusable
-from leakpipe.predict_rows import STATUS_ERROR, STATUS_OK, STATUS_UNUSABLE, Failed
+from leakpipe.predict_rows import (
+    SET_DISTANCE,
+    STATUS_ERROR,
+    STATUS_OK,
+    STATUS_UNUSABLE,
+    Failed,
+)
 from leakpipe.predict_scoring import ClipScoring, clip_scoring
 from leakpipe.predict_stats import top_statistic
 from leakpipe.runtime import make_runtime
@@ -97,7 +104,7 @@ def fused_row(source: AudioSource | Failed, detector: FusedDetector,
              "top statistic " + top_statistic(detector.logger_stats.contributions(
                  measured.stats))]
     return with_verdict({
-        **row, **fused_domain(detector, measured),
+        **row, **fused_domain(detector, measured), SET_DISTANCE: cnn_distance(detector, measured),
         **call_fields(score, detector.threshold, detector.leak_prob(score),
                       detector.prob_threshold),
         "band_limited": bool(not np.isfinite(used).all()

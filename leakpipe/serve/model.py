@@ -33,6 +33,7 @@ from leakpipe.serve.request import (
     as_sent,
     request_sources,
     served_row,
+    with_request_set,
 )
 from leakpipe.serve.stats import StatsScorer
 from leakpipe.stats_detector import FUSED_KIND, load_any_detector
@@ -88,8 +89,8 @@ class DetectorModel(PythonModel):
     def predict(self, context: Any, model_input: pd.DataFrame,
                 params: dict[str, Any] | None = None) -> pd.DataFrame:
         ids, sources = request_sources(model_input)
-        rows = [served_row(row, name)
-                for row, name in zip(self.scorer.rows(sources), ids, strict=True)]
+        scored = with_request_set(self.scorer.rows(sources), self.detector.set_reference)
+        rows = [served_row(row, name) for row, name in zip(scored, ids, strict=True)]
         # object columns: an error row's missing figures stay None (JSON null) and counts
         # stay integers, rather than pandas turning both into floats and NaN
         return pd.DataFrame(rows, columns=list(OUTPUT_COLUMNS), dtype=object)

@@ -18,7 +18,10 @@ import pandas as pd
 
 from leakpipe.audio.clips import AudioError
 from leakpipe.audio.opening import AudioSource, waveform_source
-from leakpipe.predict_rows import COLUMNS, TIMELINE, Failed
+from leakpipe.decision.domain import SHIFTED, DomainReference
+from leakpipe.decision.domain_set import min_set_size, set_check
+from leakpipe.decision.verdict import with_set_verdict
+from leakpipe.predict_rows import COLUMNS, SET_DISTANCE, TIMELINE, Failed
 
 OUTPUT_COLUMNS = ("id", *(c for c in COLUMNS if c != "path"))
 NUMBER_COLUMNS = ("leak_prob", "threshold", "vote_fraction", "frac_long_over", "duration_s",
@@ -96,5 +99,24 @@ def served_row(row: dict[str, Any], name: str) -> dict[str, Any]:
     return out
 
 
+def with_request_set(rows: list[dict[str, Any]],
+                     reference: DomainReference | None) -> list[dict[str, Any]]:
+    """A request's rows under the set domain check of its recordings, as predict checks a
+    folder: each row's ``SET_DISTANCE`` (taken off) against ``reference``'s val distances; a
+    shifted set makes every call UNCERTAIN (``with_set_verdict``). Checked only with enough
+    recordings with a distance to be able to reach the check's level (``min_set_size``: 2
+    against the default 252 val recordings); otherwise, and without a reference, the rows stay
+    as they are."""
+    distances = np.array([float(row.pop(SET_DISTANCE, math.nan)) for row in rows])
+    known = np.isfinite(distances).sum()
+    if reference is None or not reference.val_distances.size or \
+            known < min_set_size(reference.val_distances.size):
+        return rows
+    check = set_check(reference, distances)
+    if check.domain != SHIFTED:
+        return rows
+    return [with_set_verdict(row, check.domain, check.p_value) for row in rows]
+
+
 __all__ = ["NUMBER_COLUMNS", "OUTPUT_COLUMNS", "TEXT_COLUMNS", "as_sent", "request_sources",
-           "served_row"]
+           "served_row", "with_request_set"]

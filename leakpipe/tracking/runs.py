@@ -160,11 +160,9 @@ def start_run(stage: str, *, tags: Mapping[str, str] | None = None,
     UI is then the work's, not the logging's. None: now.
 
     ``parent_run_id`` makes it a child run (nested when the parent is active in this process);
-    ``resume_run_id`` reopens that run when the store holds it (a resumed tuning study).
-
+    ``resume_run_id`` reopens that run when the store holds it (a resumed tuning study);
     ``system_metrics`` turns on MLflow's own system metrics, sampled every
-    ``system_metrics_interval_s`` seconds (MLflow's default when None).
-    """
+    ``system_metrics_interval_s`` seconds (MLflow's default when None)."""
     import mlflow
 
     if system_metrics and system_metrics_interval_s is not None:
@@ -172,12 +170,7 @@ def start_run(stage: str, *, tags: Mapping[str, str] | None = None,
         mlflow.set_system_metrics_samples_before_logging(SYSTEM_SAMPLES_BEFORE_LOGGING)
 
     root = repo_root()
-    uri = tracking_uri(root)
-    store = store_file(uri)
-    if store is not None:
-        store.parent.mkdir(parents=True, exist_ok=True)
-        follow_move(store)          # a moved or copied project: artifacts beside the store
-    mlflow.set_tracking_uri(uri)
+    uri = _open_store(root)
     experiment = os.environ.get("MLFLOW_EXPERIMENT_NAME", DEFAULT_EXPERIMENT)
     experiment_id = _ensure_experiment(experiment, root)
     nested = nested or (parent_run_id is not None and mlflow.active_run() is not None)
@@ -185,12 +178,7 @@ def start_run(stage: str, *, tags: Mapping[str, str] | None = None,
     label = run_label(stage)
     run_id = _existing_run(resume_run_id)
     if run_id is None and started_at is not None:
-        created_tags = dict(all_tags)
-        if parent_run_id is not None:
-            created_tags[PARENT_RUN_TAG] = parent_run_id
-        run_id = mlflow.MlflowClient().create_run(
-            experiment_id, start_time=_ms(started_at), tags=created_tags,
-            run_name=label).info.run_id
+        run_id = _created_run(experiment_id, label, all_tags, parent_run_id, started_at)
     run = mlflow.start_run(run_id=run_id, experiment_id=experiment_id,
                            run_name=label, nested=nested, parent_run_id=parent_run_id,
                            tags=all_tags, log_system_metrics=system_metrics)
@@ -213,6 +201,32 @@ def start_run(stage: str, *, tags: Mapping[str, str] | None = None,
         if ended_at is not None:
             mlflow.MlflowClient().set_terminated(run.info.run_id, status,
                                                  end_time=_ms(ended_at))
+
+
+def _open_store(root: Path) -> str:
+    """The tracking URI of ``root``, set for this process; a SQLite store's folder made, and
+    the store repointed when the project was moved or copied (artifacts beside the store)."""
+    import mlflow
+
+    uri = tracking_uri(root)
+    store = store_file(uri)
+    if store is not None:
+        store.parent.mkdir(parents=True, exist_ok=True)
+        follow_move(store)
+    mlflow.set_tracking_uri(uri)
+    return uri
+
+
+def _created_run(experiment_id: str, label: str, tags: Mapping[str, str],
+                 parent_run_id: str | None, started_at: float) -> str:
+    """A new run that began at ``started_at`` (a run opened after its work): its id."""
+    import mlflow
+
+    created_tags = dict(tags)
+    if parent_run_id is not None:
+        created_tags[PARENT_RUN_TAG] = parent_run_id
+    return mlflow.MlflowClient().create_run(experiment_id, start_time=_ms(started_at),
+                                            tags=created_tags, run_name=label).info.run_id
 
 
 def _ms(seconds: float) -> int:

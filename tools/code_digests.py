@@ -8,9 +8,9 @@ stage, ``digests/<stage>.txt``, a line ``<sha256>  <path>`` per file of its code
 changes the files of exactly the stages that import it, every other file keeps its bytes and
 DVC leaves those stages alone.
 
-- ``python stages/code_digests.py digests --out digests synth field ...``: what `check` runs
+- ``python tools/code_digests.py digests --out digests synth field ...``: what `check` runs
   after the params check, naming every other stage (``write`` keeps that list).
-- ``python stages/code_digests.py write [--check]``: dvc.yaml's code declarations as they
+- ``python tools/code_digests.py write [--check]``: dvc.yaml's code declarations as they
   follow from its stages (each stage's digest file right after its script, no module files;
   `check`'s list); ``--check`` changes nothing, exit 1 when ``write`` would. ``make deps``
   runs ``write``, then ``dvc repro check``.
@@ -35,10 +35,10 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = "leakpipe"
 CLI = f"{PACKAGE}.cli"  # its dispatch table imports every command, so no stage starts from it
-THIS = "stages/code_digests.py"
+THIS = "tools/code_digests.py"
 STAGE_SCRIPT = re.compile(r"\bpython\s+(stages/\w+\.py)\b")
 DIGESTS = "digests"
-WRITER_DEPS = (PACKAGE, "stages")   # every module and every script: the digests' inputs
+WRITER_DEPS = (PACKAGE, "stages", "tools")   # every module, script and this tool: its inputs
 
 
 class DepsError(Exception):
