@@ -208,3 +208,19 @@ def test_summary_charts_headline_figures_and_tables_every_one() -> None:
                                "test/clip_tp", "test/ece"]
     assert table["ci_low"][0] == 0.8 and table["ci_high"][0] == 0.95
     assert table["ci_low"][2] is None and table["value"][3] is None   # strict JSON
+
+
+def test_the_summary_figure_draws_each_family_on_one_scale() -> None:
+    metrics = {"test/clip_f1": 0.7, "test/clip_f1_ci_low": 0.6, "test/clip_f1_ci_high": 0.8,
+               "test/clip_roc_auc": 0.85, "test/clip_roc_auc_ci_low": 0.8,
+               "test/clip_roc_auc_ci_high": 0.9, "val/clip_f1": 0.72,
+               "val/clip_f1_ci_low": 0.5, "val/clip_f1_ci_high": 0.9, "test/clip_tp": 40.0,
+               "test/class/LEAK/clip_recall": 0.5, "test/class/LEAK/clip_recall_ci_low": 0.4,
+               "test/class/LEAK/clip_recall_ci_high": 0.6}
+    groups = tracking.summary.families(metrics)
+    assert groups == {"test": [("clip_f1", 0.7, 0.6, 0.8), ("clip_roc_auc", 0.85, 0.8, 0.9)],
+                      "val": [("clip_f1", 0.72, 0.5, 0.9)]}
+    figure = tracking.summary.summary_figure(metrics)
+    assert [ax.get_title(loc="left") for ax in figure.axes if ax.get_visible()] == ["test", "val"]
+    assert all(ax.get_xlim() == (0.0, 1.0) for ax in figure.axes if ax.get_visible())
+    assert tracking.summary.summary_figure({"test/clip_tp": 3.0}) is None

@@ -81,7 +81,7 @@ def _log_model_run(parent_id: str | None, result: ModelResult, cfg: BaselinesCon
         run.set_tags({"mlflow.runName": f"{STAGE}-{result.name}"})
         run.log_params({"model": result.name, "hyperparams": result.hyper,
                         "n_mfcc": cfg.n_mfcc, "summary": cfg.summary, "seed": cfg.seed})
-        tracking.log_summary(run, result.metrics, f"{STAGE}/{result.name}_summary.json")
+        tracking.log_summary(run, result.metrics, f"{STAGE}/{result.name}")
         run.log_dict({"grid": result.grid}, f"{STAGE}/{result.name}_grid.json")
 
 

@@ -258,7 +258,7 @@ def _log_runs(paths: CvPaths, summary: Mapping[str, Any], results: Sequence[Mapp
         parent.add_note(f"Selected kind: **{summary['selected']}**. "
                         + summary_line(summary, paths.metrics))
         parent.log_params({"cv": dataclasses.asdict(settings.cv)})
-        tracking.log_summary(parent, pooled, f"{STAGE}/summary.json")
+        tracking.log_summary(parent, pooled, STAGE)
         for path in (paths.metrics, paths.predictions, paths.plots_dir / PLOT_FIGURE):
             parent.log_artifact(path, STAGE)
         for result in results:

@@ -159,7 +159,7 @@ def _link_train_run(run: Tracker, sha: str) -> str | None:
 def _log_evaluation(run: Tracker, evaluation: Evaluation, paths: EvaluatePaths) -> str | None:
     """Everything to the run; the logged detector's ``models:/`` URI (None: no MLflow run)."""
     run.set_tags(evaluation.info)
-    tracking.log_summary(run, evaluation.metrics, f"{STAGE}/summary.json")
+    tracking.log_summary(run, evaluation.metrics, STAGE)
     for name, figure in evaluation_figures(evaluation).items():
         run.log_figure(figure, f"{STAGE}/{name}.png")
     rows = evaluation.test.rows(evaluation.calibration)
