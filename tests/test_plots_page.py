@@ -221,6 +221,11 @@ def test_the_figures_read_as_a_person_expects(tmp_path: Path) -> None:
     assert any(e.get("x", {}).get("field") == "ci_low" for e in bars)
     folds = encodings("plots/cv/folds.csv")
     assert any(e.get("color", {}).get("field") == "method" for e in folds)
+    for name, axis in (("Shipped detector, test recordings, ROC", "fpr"),       # the shipped
+                       ("Shipped detector, test recordings, precision-recall", "recall"),
+                       ("Shipped detector, test recordings, observed leak share over leak_prob",
+                        "predicted")):   # detector's own errors, beside evaluate's CNN's
+        assert any(e.get("x", {}).get("field") == axis for e in encodings(name)), name
     assert any(e.get("shape", {}).get("field") == "selected" for e in folds)   # the shipped kind
     for name, axis in (("plots/adapt/rounds.csv", "round"),
                        ("Adapt, field check set per round (0 = before adaptation)", "round"),
