@@ -34,7 +34,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +72,9 @@ class FusedMeasured:
     seconds: float
     notes: str               # flagged (not refused) checks; a zero-padded short recording
     profile: np.ndarray      # (M,) band profile of its clips (the CNN part's domain check)
+    # the CNN part's long segments in time order (explain's timeline): start s, probability
+    long_starts_s: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    long_probs: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
 
 def measure_fused(recording: Path | AudioSource, detector: FusedDetector,
@@ -83,16 +86,24 @@ def measure_fused(recording: Path | AudioSource, detector: FusedDetector,
     levels = StatsAccumulator(detector.logger_stats.stats, source.sample_rate)
     probs: list[np.ndarray] = []                       # (clips, L, S) per part
     profiles: list[np.ndarray] = []                    # (M,) per part, times its clips
+    starts: list[np.ndarray] = []                      # (clips,) per part, seconds
     notes = ""
     for part in prepare(source, detector.cnn, scoring.min_fraction, scoring.max_clips,
                         detector.quality, on_block=levels.add):
         probs.append(scoring.score(part.mel))
         profiles.append(band_profile(part.mel) * len(part.mel))
+        starts.append(part.starts_s)
         notes = part.notes
     seg_probs = np.concatenate(probs)                                      # (clips, L, S)
+    f = detector.cnn.features
+    offsets = np.arange(seg_probs.shape[1]) * f.long_hop / f.sample_rate   # (L,)
+    long_starts = (np.concatenate(starts)[:, None] + offsets[None, :]).reshape(-1)
+    long_probs = seg_probs.astype(np.float64).mean(axis=2).reshape(-1)     # (clips * L,)
+    order = np.argsort(long_starts, kind="stable")
     return FusedMeasured(detector.cnn_probability(seg_probs), levels.values(),
                          int(source.sample_rate), source.frames / source.sample_rate, notes,
-                         np.sum(profiles, axis=0) / len(seg_probs))
+                         np.sum(profiles, axis=0) / len(seg_probs), long_starts[order],
+                         long_probs[order])
 
 
 def score_fused_file(path: Path, detector: FusedDetector, scoring: ClipScoring) -> dict[str, Any]:

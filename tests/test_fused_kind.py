@@ -212,6 +212,13 @@ def test_explain_splits_the_call_into_the_parts_evidence(shipped: Path, tmp_path
     assert stats_logit == pytest.approx(parts["logger_stats"]["logit"], abs=1e-4)
     detector = load_any_detector(shipped)
     cnn_prob, stats = _by_hand(detector, paths["leak"])
+    # the CNN part's timeline: every long segment of its clips, in time order
+    timeline = ex["long_segments"]
+    n_long = detector.cnn.features.n_long
+    assert len(timeline["probs"]) == SECONDS * n_long                  # six 1 s clips
+    assert timeline["starts_s"] == sorted(timeline["starts_s"])
+    assert all(0.0 <= p <= 1.0 for p in timeline["probs"])
+    assert timeline["cnn_threshold"] == detector.cnn.threshold
     assert ex["raw_score"] == pytest.approx(
         float(detector.probability(cnn_prob, stats[None, :])[0]), abs=2e-6)
     # the call on predict's one scale: predict's CSV row of the same file says the same

@@ -19,10 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from matplotlib.figure import Figure
 
 from leakpipe.decision.stacking import sigmoid
-from leakpipe.decision.verdict import call_fields, with_verdict
+from leakpipe.decision.verdict import DECIMALS, call_fields, with_verdict
 from leakpipe.explain.figure import title
 from leakpipe.explain.stats import (
     SHOWN,
@@ -48,6 +49,9 @@ class FusedExplanation:
     bias: float                          # the stacker's
     parts: dict[str, dict[str, float]]   # part -> probability, logit, weight, evidence
     statistics: StatsExplanation         # the statistics part, statistic by statistic
+    long_starts_s: np.ndarray            # (N,) the CNN part's long segments, time order
+    long_probs: np.ndarray               # (N,) their leak probabilities
+    cnn_threshold: float                 # the CNN's own operating point (for reference)
 
 
 def explain_fused_recording(path: Path, detector: FusedDetector,
@@ -69,7 +73,9 @@ def explain_fused_recording(path: Path, detector: FusedDetector,
     return FusedExplanation(
         path=Path(path), raw_score=score, raw_threshold=detector.threshold,
         call=with_verdict(call), bias=detector.stacker.bias, parts=parts,
-        statistics=stats_explanation(path, measured.stats, detector.logger_stats))
+        statistics=stats_explanation(path, measured.stats, detector.logger_stats),
+        long_starts_s=measured.long_starts_s, long_probs=measured.long_probs,
+        cnn_threshold=float(detector.cnn.threshold))
 
 
 def to_json(ex: FusedExplanation) -> dict[str, Any]:
@@ -81,18 +87,22 @@ def to_json(ex: FusedExplanation) -> dict[str, Any]:
             "raw_score": ex.raw_score, "raw_threshold": ex.raw_threshold,
             "stacker_bias": ex.bias,
             "parts": [{"part": name, **values} for name, values in ex.parts.items()],
+            "long_segments": {"starts_s": np.round(ex.long_starts_s, DECIMALS).tolist(),
+                              "probs": np.round(ex.long_probs, DECIMALS).tolist(),
+                              "cnn_threshold": ex.cnn_threshold},
             "statistics": {k: stats[k] for k in ("logit_bias", "contributions")}}
 
 
 def fused_figure(ex: FusedExplanation) -> Figure:
-    """Above, each part's evidence (towards LEAK right, red); below, the statistics part's
-    largest contributions."""
+    """Above, each part's evidence (towards LEAK right, red); in the middle, the CNN part's
+    long-segment probabilities over the recording; below, the statistics part's largest
+    contributions."""
     import matplotlib
 
     matplotlib.use("Agg")
     rows = min(len(ex.statistics.contributions), SHOWN)
-    fig = Figure(figsize=(8.0, 0.35 * rows + 3.4), layout="constrained")
-    top, bottom = fig.subplots(2, 1, height_ratios=[2, max(rows, 2)])
+    fig = Figure(figsize=(8.0, 0.35 * rows + 5.4), layout="constrained")
+    top, middle, bottom = fig.subplots(3, 1, height_ratios=[2, 2, max(rows, 2)])
     names = list(ex.parts)[::-1]
     values = [ex.parts[n]["evidence"] for n in names]
     top.barh(names, values, color=["C3" if v > 0 else "C0" for v in values])
@@ -106,6 +116,12 @@ def fused_figure(ex: FusedExplanation) -> Figure:
     head = title(ex.path.name, ex.call, fig.get_figwidth(), 9)
     top.set_title(f"{head}\nred: towards LEAK (raw stacked probability {ex.raw_score:.4f}, "
                   f"raw threshold {ex.raw_threshold:.4f})", fontsize=9)
+    middle.plot(ex.long_starts_s, ex.long_probs, ".", color="C3", markersize=3)
+    middle.axhline(ex.cnn_threshold, color="black", linewidth=0.8, linestyle="--")
+    middle.set(ylim=(0.0, 1.0), xlabel="seconds from the recording's start",
+               ylabel="leak probability")
+    middle.set_title("the CNN part, per long segment (dashed: the CNN's own threshold)",
+                     fontsize=9)
     draw_statistics(bottom, ex.statistics)
     bottom.set_title("the statistics part: contributions to its logit", fontsize=9)
     return fig
