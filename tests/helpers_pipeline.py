@@ -92,7 +92,7 @@ def new_project(root: Path) -> Path:
     root.mkdir(parents=True)
     for name in ("dvc.yaml", "params.yaml", ".dvcignore", ".gitignore"):
         shutil.copy(REPO / name, root / name)
-    for folder in ("stages", "leakpipe"):
+    for folder in ("stages", "tools", "leakpipe"):
         shutil.copytree(REPO / folder, root / folder,
                         ignore=shutil.ignore_patterns("__pycache__"))
     for name in FILE_DEPS:

@@ -100,7 +100,7 @@ def test_dvc_rebuilds_when_a_listed_recording_changes(tmp_path: Path) -> None:
     repo.mkdir()
     for name in ("dvc.yaml", "params.yaml", ".dvcignore", ".gitignore"):
         shutil.copy(REPO / name, repo / name)
-    for folder in ("stages", "leakpipe"):
+    for folder in ("stages", "tools", "leakpipe"):
         shutil.copytree(REPO / folder, repo / folder, ignore=shutil.ignore_patterns("__pycache__"))
     params = yaml.safe_load((repo / "params.yaml").read_text())
     params["build"].update(source=str(data / "manifest.csv"), workers=1)
