@@ -20,14 +20,14 @@ from leakpipe.constants import EXIT_DATA
 from leakpipe.decision.calibration import Calibration
 from leakpipe.decision.stacking import Stacker
 from leakpipe.decision.voting import VotingConfig
-from leakpipe.detector import load_detector
+from leakpipe.detector import load_detector, save_detector
 from leakpipe.stats_detector import (
     FUSED_PARTS,
     FusedDetector,
     save_fused_detector,
     save_stats_detector,
 )
-from tests.helpers_detector import one_torch_thread
+from tests.helpers_detector import LIMITS, one_torch_thread
 from tests.test_export import detector_file
 from tests.test_fused_detector import _stats_detector
 
@@ -40,6 +40,8 @@ RATE = 4096
 def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("kinds")
     cnn = detector_file(root / "cnn.pt")
+    save_detector(cnn, dataclasses.replace(load_detector(cnn), batch_limits=LIMITS,
+                                           min_clip_fraction=0.5))   # its scoring rules: served
     stats, _ = _stats_detector()
     save_stats_detector(root / "stats.pt", stats)
     fused = FusedDetector(
@@ -115,3 +117,37 @@ def test_the_fused_summary_names_what_moved_the_score_the_intercept_included() -
     assert _main_term(leak).startswith("most from the stacker's intercept (+2.00 to the logit;")
     noleak = SimpleNamespace(parts=parts, bias=-0.1, raw_score=0.3, raw_threshold=0.5)
     assert _main_term(noleak).startswith("most from the cnn part (-0.40 to the logit;")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_serve_answers_a_dead_channel_and_a_good_recording_as_predict_does(
+        kind: str, models: dict[str, Path], tmp_path: Path) -> None:
+    """The served model (MLflow's pyfunc class with MLflow's own context) takes waveforms, not
+    files: of the odd inputs a dead channel is the one it can be sent, and it is unusable there
+    too; a good recording gets predict's verdict."""
+    import pandas as pd
+    from mlflow.pyfunc import PythonModelContext
+
+    from leakpipe.serve.model import ARTIFACT, DetectorModel
+
+    recs = tmp_path / "recs"
+    _inputs(recs)
+    out = tmp_path / "pred.csv"
+    assert main(["predict", str(recs / "good.wav"), str(recs / "dead.wav"), "--model",
+                 str(models[kind]), "--out", str(out), "--no-progress", "--device", "cpu"]) == 0
+    with out.open(newline="") as handle:
+        predicted = {Path(r["path"]).name: r for r in csv.DictReader(handle)}
+    served = DetectorModel()
+    served.load_context(PythonModelContext(artifacts={ARTIFACT: str(models[kind])},
+                                           model_config={}))
+    request = pd.DataFrame([{"waveform": sf.read(recs / name, dtype="float32")[0].tolist(),
+                             "sample_rate": RATE, "id": name}
+                            for name in ("good.wav", "dead.wav")])
+    answers = {a["id"]: a for a in served.predict(None, request).to_dict("records")}
+    assert (answers["dead.wav"]["status"], answers["dead.wav"]["verdict"]) == (
+        "unusable", "UNUSABLE") == (predicted["dead.wav"]["status"],
+                                    predicted["dead.wav"]["verdict"])
+    assert answers["dead.wav"]["leak_prob"] is None and answers["dead.wav"]["decision"] in ("",
+                                                                                           None)
+    assert answers["good.wav"]["verdict"] == predicted["good.wav"]["verdict"]
+    assert answers["good.wav"]["decision"] == predicted["good.wav"]["decision"]
