@@ -35,8 +35,9 @@ takes the scoring rules of a file older than those), the served model the checks
 threshold (``quality.DEAD_ONLY``).
 
 Detector files of the other kinds (version 8 with a ``kind``: logger_stats, fused) are read by
-``leakpipe.stats_detector.load_any_detector``; a fused one holds a whole CNN detector as its
-``cnn`` (``detector_dict`` / ``detector_from``, the pieces of this file's reading and writing).
+``leakpipe.detectors.registry.load_any_detector`` (through each kind's ``load``); a fused one
+holds a whole CNN detector as its ``cnn`` (``detector_dict`` / ``detector_from``, the pieces of
+this file's reading and writing).
 
 Any file that is not a leakpipe model (a WAV, a JSON file, a foreign pickle, a damaged or
 incomplete detector) is one ``DataError`` line naming it, never the unpickler's traceback.

@@ -25,7 +25,7 @@ fitted on the stacked val probabilities (stage `ship`, ``leakpipe.ship.fused_eva
 The CNN part's recording probability is the mean of its clips' rule scores (computed in
 float64), the statistics part's the net's, and the stacker reads their clipped logits, as grouped
 CV's `fused` method stacks them (``leakpipe.cv.recording_level.fit_stacker``). Predict scores a
-recording with it from one decoding (``leakpipe.predict_fused``).
+recording with it from one decoding (``leakpipe.predict.fused``).
 """
 
 from __future__ import annotations
@@ -220,19 +220,6 @@ def save_fused_detector(path: Path, detector: FusedDetector) -> None:
     }, Path(path))
 
 
-def load_any_detector(path: Path) -> Any:
-    """The detector of any kind in ``path``: a ``leakpipe.detector.Detector`` (CNN), a
-    ``StatsDetector`` or a ``FusedDetector``."""
-    from leakpipe.detector import load_detector, read_detector_file
-
-    raw = read_detector_file(Path(path))
-    if raw.get("kind") == KIND:
-        return stats_detector_from(raw, Path(path))
-    if raw.get("kind") == FUSED_KIND:
-        return fused_detector_from(raw, Path(path))
-    return load_detector(path)
-
-
 def fused_detector_from(raw: dict[str, Any], path: Path) -> FusedDetector:
     """The detector of a loaded file of kind fused; a bad field is one ``DataError``."""
     try:
@@ -333,5 +320,5 @@ def _plain(value: Any) -> Any:
 
 
 __all__ = ["FUSED_KIND", "FUSED_PARTS", "KIND", "FusedDetector", "Measured", "StatsDetector",
-           "fused_detector_from", "load_any_detector", "measure", "save_fused_detector",
+           "fused_detector_from", "measure", "save_fused_detector",
            "save_stats_detector", "stats_detector_dict", "stats_detector_from"]

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from leakpipe.predict_rows import CSV_COLUMNS, TIMELINE, TIMELINE_COLUMNS, timeline_path
+from leakpipe.predict.rows import CSV_COLUMNS, TIMELINE, TIMELINE_COLUMNS, timeline_path
 
 # the row's timeline field -> the timeline CSV's column
 TIMELINE_FIELDS = dict(zip(TIMELINE, ("start_s", "clip", "long_prob"), strict=True))

@@ -27,8 +27,8 @@ from leakpipe.detector import load_detector, save_detector
 from leakpipe.errors import DataError
 from leakpipe.files import save_torch_atomic
 from leakpipe.model import create_model
-from leakpipe.predict import predict
-from leakpipe.predict_rules import scoring_rules
+from leakpipe.predict.clips import predict
+from leakpipe.predict.rules import scoring_rules
 from leakpipe.runtime import cpu_runtime
 from tests.conftest import PARAMS
 from tests.helpers_detector import SMALL_MODEL, one_torch_thread, save_small_detector

@@ -32,7 +32,7 @@ from leakpipe.decision.calibration import Calibration
 from leakpipe.decision.voting import file_scores
 from leakpipe.detector import load_detector, save_detector
 from leakpipe.features.mel import clip_features
-from leakpipe.predict_scoring import score_segments
+from leakpipe.predict.scoring import score_segments
 from leakpipe.runtime import make_runtime
 from leakpipe.stats_detector import measure, save_stats_detector
 from tests.helpers_detector import one_torch_thread

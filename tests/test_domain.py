@@ -25,7 +25,7 @@ from leakpipe.decision.verdict import CV_COMMAND, SET_NOTE_START, with_set_verdi
 from leakpipe.detector import DETECTOR_VERSION, NO_DOMAIN_FILE, load_detector, save_detector
 from leakpipe.features.mel import band_centers_hz
 from leakpipe.model import create_model
-from leakpipe.predict_inputs import prepare
+from leakpipe.predict.inputs import prepare
 from tests.helpers_detector import (
     SMALL_MODEL,
     one_torch_thread,

@@ -27,7 +27,7 @@ from leakpipe.detector import load_detector
 from leakpipe.explain.recording import explain_recording, to_json
 from leakpipe.features.mel import band_centers_hz
 from leakpipe.model import create_model
-from leakpipe.predict_scoring import score_recordings
+from leakpipe.predict.scoring import score_recordings
 from leakpipe.runtime import make_runtime
 from leakpipe.serve.model import log_served_detector
 from tests.helpers_detector import (

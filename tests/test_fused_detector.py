@@ -19,6 +19,7 @@ from leakpipe.decision.stacking import Stacker, logit, sigmoid
 from leakpipe.decision.stats_domain import missing_shares
 from leakpipe.decision.voting import file_scores
 from leakpipe.detector import KINDED_VERSION, load_detector
+from leakpipe.detectors.registry import load_any_detector
 from leakpipe.errors import DataError
 from leakpipe.features.recording_stats import recording_stats, stat_names
 from leakpipe.stats_detector import (
@@ -26,7 +27,6 @@ from leakpipe.stats_detector import (
     FUSED_PARTS,
     FusedDetector,
     StatsDetector,
-    load_any_detector,
     save_fused_detector,
 )
 from tests.conftest import PARAMS

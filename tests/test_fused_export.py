@@ -22,7 +22,7 @@ from leakpipe.detector import load_detector
 from leakpipe.errors import DataError
 from leakpipe.export.fused_graph import OUTPUT, SEGMENTS, STATISTICS, as_segments, checked_onnx
 from leakpipe.export.graph import TOLERANCE, cpu_session
-from leakpipe.predict_scoring import score_segments
+from leakpipe.predict.scoring import score_segments
 from leakpipe.runtime import make_runtime
 from leakpipe.stats_detector import FUSED_PARTS, FusedDetector, save_fused_detector
 from tests.helpers_detector import one_torch_thread

@@ -20,15 +20,16 @@ import soundfile as sf
 
 from leakpipe.cli import main
 from leakpipe.decision import domain as dm
+from leakpipe.detectors.registry import load_any_detector
 from leakpipe.export.fused_graph import OUTPUT, SEGMENTS, STATISTICS, as_segments
 from leakpipe.export.graph import cpu_session
 from leakpipe.features.recording_stats import recording_stats
-from leakpipe.predict_fused import measure_fused
-from leakpipe.predict_rules import scoring_rules
-from leakpipe.predict_scoring import clip_scoring, score_segments
+from leakpipe.predict.fused import measure_fused
+from leakpipe.predict.rules import scoring_rules
+from leakpipe.predict.scoring import clip_scoring, score_segments
 from leakpipe.runtime import make_runtime
 from leakpipe.ship.stage import chosen_kind
-from leakpipe.stats_detector import FusedDetector, load_any_detector, save_fused_detector
+from leakpipe.stats_detector import FusedDetector, save_fused_detector
 from tests.conftest import PARAMS
 from tests.helpers_detector import copied_store
 from tests.helpers_fused import SECONDS, clips_of, cv_selecting, params_with, ship, wavs

@@ -32,7 +32,7 @@ from leakpipe.detector import Detector, load_detector, save_detector
 from leakpipe.features.mel import clip_features
 from leakpipe.files import save_torch_atomic
 from leakpipe.model import create_model
-from leakpipe.predict_inputs import prepare
+from leakpipe.predict.inputs import prepare
 from tests.conftest import PARAMS
 from tests.helpers_close import assert_floats_close
 from tests.helpers_detector import LIMITS, SMALL_MODEL, one_torch_thread, restore_logging

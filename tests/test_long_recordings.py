@@ -39,11 +39,11 @@ from leakpipe.decision.voting import VotingConfig
 from leakpipe.detector import Detector, load_detector, save_detector
 from leakpipe.features.mel import clip_features
 from leakpipe.model import create_model
-from leakpipe.predict import predict
-from leakpipe.predict_inputs import prepare
-from leakpipe.predict_rows import Prepared, result_row
-from leakpipe.predict_rules import scoring_rules
-from leakpipe.predict_scoring import score_segments
+from leakpipe.predict.clips import predict
+from leakpipe.predict.inputs import prepare
+from leakpipe.predict.rows import Prepared, result_row
+from leakpipe.predict.rules import scoring_rules
+from leakpipe.predict.scoring import score_segments
 from leakpipe.runtime import make_runtime
 from leakpipe.scoring.batching import BatchLimits
 from tests.helpers_close import assert_floats_close

@@ -11,8 +11,8 @@ import yaml
 
 from leakpipe.config import load_section
 from leakpipe.detector import load_detector
+from leakpipe.detectors.registry import load_any_detector
 from leakpipe.metric_names import current_name, current_names
-from leakpipe.stats_detector import load_any_detector
 from tests.conftest import PARAMS
 from tests.helpers_detector import known_detector
 

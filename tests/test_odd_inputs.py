@@ -3,7 +3,7 @@ every detector kind: a dead channel and a format leakpipe does not read are UNUS
 call), a folder named like a recording is searched like any folder and is itself an unreadable
 recording (predict's error row, explain's error line), an empty folder is refused with exit 3.
 Both commands select, read and check recordings through predict's input path
-(``predict_inputs``). Real tiny detectors of each kind and real files."""
+(``predict.inputs``). Real tiny detectors of each kind and real files."""
 
 from __future__ import annotations
 
@@ -110,7 +110,7 @@ def test_an_empty_folder_is_refused_by_both(kind: str, models: dict[str, Path],
 def test_the_fused_summary_names_what_moved_the_score_the_intercept_included() -> None:
     from types import SimpleNamespace
 
-    from leakpipe.explain.stage import _main_term
+    from leakpipe.explain.lines import main_term as _main_term
 
     parts = {"cnn": {"evidence": -0.4}, "logger_stats": {"evidence": -0.2}}
     leak = SimpleNamespace(parts=parts, bias=2.0, raw_score=0.8, raw_threshold=0.5)

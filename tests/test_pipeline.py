@@ -159,7 +159,7 @@ def _stale(project: Path) -> set[str]:
 @pytest.mark.parametrize(("module", "must", "must_not"), [
     ("leakpipe/evaluate/figures.py", {"evaluate", "baselines"}, {"train", "tune", "build"}),
     ("leakpipe/scoring/score.py", {"train", "evaluate", "tune"}, {"build", "synth"}),
-    ("leakpipe/predict_scoring.py", {"evaluate"}, {"train", "tune", "build", "synth"}),  # serve's
+    ("leakpipe/predict/scoring.py", {"evaluate"}, {"train", "tune", "build", "synth"}),  # serve's
 ])
 def test_touching_a_module_makes_exactly_its_importers_stale(
         reproduced: tuple[Path, str], module: str, must: set[str], must_not: set[str]) -> None:

@@ -24,8 +24,8 @@ from leakpipe.errors import DataError
 from leakpipe.features.mel import clip_features
 from leakpipe.files import save_torch_atomic
 from leakpipe.model import create_model
-from leakpipe.predict_rows import CSV_COLUMNS, TIMELINE_COLUMNS, timeline_path
-from leakpipe.predict_rules import scoring_rules
+from leakpipe.predict.rows import CSV_COLUMNS, TIMELINE_COLUMNS, timeline_path
+from leakpipe.predict.rules import scoring_rules
 from leakpipe.serve.model import log_served_detector
 from tests.conftest import PARAMS
 from tests.helpers_detector import (

@@ -27,8 +27,8 @@ from leakpipe.config import QualityConfig, load_section
 from leakpipe.constants import BINARY_CLASSES
 from leakpipe.detector import DETECTOR_VERSION, load_detector, save_detector
 from leakpipe.model import create_model
-from leakpipe.predict_rules import scoring_rules
-from leakpipe.predict_target import stamp_path
+from leakpipe.predict.rules import scoring_rules
+from leakpipe.predict.target import stamp_path
 from tests.conftest import PARAMS
 from tests.helpers_detector import (
     SMALL_MODEL,
@@ -157,7 +157,7 @@ def test_the_detector_holds_build_quality_and_older_files_take_params(
     old = load_detector(_detector(tmp_path / "old.pt", quality=None))
     assert old.quality is None
     assert scoring_rules(old, PARAMS).quality == load_section(PARAMS, "build").quality
-    with caplog.at_level(logging.WARNING, logger="leakpipe.predict_rules"):
+    with caplog.at_level(logging.WARNING, logger="leakpipe.predict.rules"):
         assert scoring_rules(old, tmp_path / "absent.yaml").quality == DEAD_ONLY
     assert "only dead recordings are refused" in caplog.text
 

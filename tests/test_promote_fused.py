@@ -24,6 +24,7 @@ from leakpipe.config import RecordingStatsConfig, load_section
 from leakpipe.decision.calibration import IDENTITY
 from leakpipe.decision.stacking import Stacker
 from leakpipe.detector import load_detector
+from leakpipe.detectors.registry import load_any_detector
 from leakpipe.evaluate.promotion import EXIT_REFUSED
 from leakpipe.evaluate.promotion_scoring import (
     cnn_decisions,
@@ -36,7 +37,6 @@ from leakpipe.stats_detector import (
     FUSED_KIND,
     FUSED_PARTS,
     FusedDetector,
-    load_any_detector,
     save_fused_detector,
 )
 from tests.conftest import PARAMS

@@ -38,7 +38,7 @@ from leakpipe.decision.verdict import DECIMALS
 from leakpipe.detector import load_detector
 from leakpipe.errors import DataError
 from leakpipe.model import create_model
-from leakpipe.predict_rows import COLUMNS
+from leakpipe.predict.rows import COLUMNS
 from leakpipe.serve.model import OUTPUT_COLUMNS, input_example, log_served_detector, served_rules
 from leakpipe.serve.server import default_model, serve_command
 from leakpipe.tracking import start_run

@@ -33,7 +33,7 @@ from leakpipe.decision.calibration import Calibration
 from leakpipe.decision.verdict import DECIMALS
 from leakpipe.detector import Detector, load_detector, save_detector
 from leakpipe.model import create_model
-from leakpipe.predict_inputs import prepare
+from leakpipe.predict.inputs import prepare
 from leakpipe.serve.model import log_served_detector
 from leakpipe.tracking import start_run
 from tests.helpers_detector import (

@@ -26,12 +26,13 @@ from leakpipe import tracking
 from leakpipe.cli import main
 from leakpipe.config import load_section
 from leakpipe.decision.domain import IN, SHIFTED, UNKNOWN_CHECK, DomainCheck
+from leakpipe.detectors.registry import load_any_detector
 from leakpipe.features.recording_stats import recording_stats
-from leakpipe.predict_scoring import score_segments
+from leakpipe.predict.scoring import score_segments
 from leakpipe.runtime import make_runtime
 from leakpipe.serve.fused import combined_domain
 from leakpipe.serve.model import OUTPUT_COLUMNS
-from leakpipe.stats_detector import FUSED_KIND, FusedDetector, load_any_detector
+from leakpipe.stats_detector import FUSED_KIND, FusedDetector
 from tests.conftest import PARAMS
 from tests.helpers_detector import copied_store
 from tests.helpers_fused import SECONDS, clips_of, params_with, ship

@@ -24,8 +24,9 @@ import soundfile as sf
 from leakpipe import tracking
 from leakpipe.cli import main
 from leakpipe.config import load_section
+from leakpipe.detectors.registry import load_any_detector
 from leakpipe.serve.model import OUTPUT_COLUMNS, input_example
-from leakpipe.stats_detector import KIND, load_any_detector
+from leakpipe.stats_detector import KIND
 from tests.conftest import PARAMS
 from tests.helpers_detector import copied_store
 from tests.test_serve import _invoke

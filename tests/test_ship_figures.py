@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from leakpipe.ship.cnn_evaluation import cnn_test_calls
 from leakpipe.ship.figures import (
     LEAK_PROB,
     MEAN_CLIP_SCORE,
@@ -17,7 +18,7 @@ from leakpipe.ship.figures import (
     plot_records,
     shipped_figures,
 )
-from leakpipe.ship.stage import PREDICTION_COLUMNS, cnn_test_calls
+from leakpipe.ship.stage import PREDICTION_COLUMNS
 
 
 def _rows() -> list[dict[str, str]]:

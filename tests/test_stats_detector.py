@@ -15,10 +15,11 @@ import pytest
 import soundfile as sf
 
 from leakpipe.cli import main
+from leakpipe.detectors.registry import load_any_detector
 from leakpipe.export.graph import cpu_session
 from leakpipe.export.stats_graph import INPUT_NAME, OUTPUT_NAME
 from leakpipe.features.recording_stats import recording_stats
-from leakpipe.stats_detector import StatsDetector, load_any_detector
+from leakpipe.stats_detector import StatsDetector
 from tests.helpers_detector import copied_store
 from tests.test_ship import RATE, SPEC, _cv, _recording, _splits
 

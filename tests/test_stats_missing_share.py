@@ -19,11 +19,11 @@ from leakpipe.baselines.logger_stats import fit_net
 from leakpipe.config import load_section
 from leakpipe.decision.calibration import fit_platt
 from leakpipe.decision.stats_domain import MIN_MISSING_SHARE, missing_shares
+from leakpipe.detectors.registry import load_any_detector
 from leakpipe.errors import DataError
 from leakpipe.features.recording_stats import recording_stats, stat_names
 from leakpipe.stats_detector import (
     StatsDetector,
-    load_any_detector,
     save_stats_detector,
 )
 from tests.conftest import PARAMS

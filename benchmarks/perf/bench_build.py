@@ -137,7 +137,7 @@ def _random_detector(features: object, params: Path, limits: dict[str, float]) -
 
 
 def batch_limits(params: Path) -> dict[str, float]:
-    """What ``leakpipe.predict_rules.scoring_rules`` takes from params for a detector without
+    """What ``leakpipe.predict.rules.scoring_rules`` takes from params for a detector without
     its own rules (read here, so that a child running an older leakpipe need not parse today's
     `evaluate` and `preload` sections)."""
     evaluate, preload = load_section(params, "evaluate"), load_section(params, "preload")
@@ -164,7 +164,7 @@ def child(kind: str, path: Path, params: Path, limits: dict[str, float]) -> dict
         from leakpipe.allocator import retain_freed_memory
         from leakpipe.predict import predict  # it loads predict_inputs (a --baseline: prepare)
         from leakpipe.runtime import make_runtime
-        prepare = sys.modules.get("leakpipe.predict_inputs", inspect.getmodule(predict)).prepare
+        prepare = sys.modules.get("leakpipe.predict.inputs", inspect.getmodule(predict)).prepare
         retain_freed_memory()  # as `leakpipe predict` does: freed buffers stay for reuse
         detector = _random_detector(cfg.features, params, limits)
         imports = _rss_mib()

@@ -57,7 +57,7 @@ from leakpipe.config import load_section  # noqa: E402
 from leakpipe.constants import LEAK_CLASS  # noqa: E402
 from leakpipe.decision.metrics import wilson_interval  # noqa: E402
 from leakpipe.detector import load_detector  # noqa: E402
-from leakpipe.predict_rules import ScoringRules, batch_budget  # noqa: E402
+from leakpipe.predict.rules import ScoringRules, batch_budget  # noqa: E402
 from leakpipe.runtime import make_runtime  # noqa: E402
 
 SNR_BINS = ((0.0, 5.0), (5.0, 10.0), (10.0, 15.01))

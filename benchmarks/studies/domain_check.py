@@ -5,7 +5,7 @@ reference, or one without val's distances; then one is built exactly as `evaluat
 (``leakpipe.evaluate.domain_reference.build_reference``: train.h5's recordings, threshold on
 val.h5) and a version 6 copy is written under --work (never into models/). Each set's
 recordings are then checked as `leakpipe predict` checks them (``predict.prepare`` reads,
-resamples and computes features; ``predict_rows.domain_fields`` gives the row's ``domain``
+resamples and computes features; ``predict.rows.domain_fields`` gives the row's ``domain``
 from the recording's band profile and its own Nyquist frequency), without scoring the network
 (the decision does not enter the check):
 
@@ -70,8 +70,8 @@ from leakpipe.decision.metrics import wilson_interval
 from leakpipe.detector import Detector, load_detector, save_detector
 from leakpipe.evaluate.domain_reference import build_reference
 from leakpipe.features.mel import band_centers_hz
-from leakpipe.predict_inputs import find_recordings, prepare
-from leakpipe.predict_rows import domain_fields
+from leakpipe.predict.inputs import find_recordings, prepare
+from leakpipe.predict.rows import domain_fields
 
 REPO = Path(__file__).resolve().parents[2]
 REAL_DEV = REPO.parent / "shared" / "real-dev"

@@ -72,7 +72,7 @@ from leakpipe.decision.domain import (  # noqa: E402
 )
 from leakpipe.decision.domain_set import set_check  # noqa: E402
 from leakpipe.detector import Detector, load_detector  # noqa: E402
-from leakpipe.predict_rules import ScoringRules, batch_budget  # noqa: E402
+from leakpipe.predict.rules import ScoringRules, batch_budget  # noqa: E402
 from leakpipe.runtime import make_runtime  # noqa: E402
 
 MOUNT_STREAM = 4242                   # the mounts' generator: (field.seed, MOUNT_STREAM, site)

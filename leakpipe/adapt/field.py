@@ -1,7 +1,7 @@
 """Field recordings: read once into features, scored by every round's network.
 
 The pool (unlabelled) and the optional check set (labelled) are read exactly as `leakpipe
-predict` reads a recording (``predict_inputs.prepare``: resampled to the detector's rate, covered by
+predict` reads a recording (``predict.inputs.prepare``: resampled to the detector's rate, covered by
 clips, two-stage log-mel with the detector's feature config), so the features match what the
 deployed detector would see. They are kept in memory (about 49 MB per hour of audio at the
 default features) and scored through the one scoring path (``score_batches``), then every
@@ -31,7 +31,7 @@ from leakpipe.decision.voting import file_scores, long_segment_probs
 from leakpipe.detector import Detector, Network
 from leakpipe.errors import DataError
 from leakpipe.features.mel import band_centers_hz
-from leakpipe.predict_inputs import find_recordings, prepare
+from leakpipe.predict.inputs import find_recordings, prepare
 from leakpipe.runtime import Runtime
 from leakpipe.scoring.batching import array_batches
 from leakpipe.scoring.score import score_batches

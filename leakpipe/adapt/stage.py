@@ -50,7 +50,7 @@ from leakpipe.data.stamp import trust_splits
 from leakpipe.detector import Detector, load_detector
 from leakpipe.evaluate.detector_evaluation import batch_limits
 from leakpipe.files import file_sha256
-from leakpipe.predict_rules import ScoringRules, batch_budget
+from leakpipe.predict.rules import ScoringRules, batch_budget
 from leakpipe.preload.plan import read_plan
 from leakpipe.runtime import make_runtime
 

@@ -47,8 +47,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from leakpipe.predict import run_predict
-    from leakpipe.predict_target import check_folder
+    from leakpipe.predict.run import run_predict
+    from leakpipe.predict.target import check_folder
 
     if args.explain is not None:     # refused before scoring, not after
         check_folder(args.explain, "--explain")

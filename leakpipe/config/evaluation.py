@@ -137,7 +137,9 @@ class LoggerStatsConfig:
 class DetectorConfig:
     """`detector`: which method the shipped detector is, and how grouped CV picks it."""
 
-    method: Literal["auto", "logger_stats", "cnn", "fused"]
+    # auto, or a detector kind's name (leakpipe.detectors.registry: the built-in logger_stats,
+    # cnn, fused, or a registered one); ship refuses a name no kind has
+    method: str
     selection_margin: float = num(ge=0, le=1)  # a more complex kind must beat a simpler one
                                                # by more than this pooled recording ROC-AUC
     fusion_C: float = num(gt=0)                # inverse L2 strength of the fused stacker

@@ -4,8 +4,8 @@ promote`.
 Each detector is fetched from the registry and decides every **recording** of the test split
 at its own saved operating point, as it would if it served (``leakpipe.serve``): one verdict per
 recording, whatever the kind, so that a `logger_stats` candidate and a `cnn` champion (or any
-two kinds) are compared on the same units. ``DECIDERS`` holds one function per kind, keyed by
-``detector.kind``: the one place a new kind plugs in.
+two kinds) are compared on the same units. A kind decides through its ``decide_split``
+(``leakpipe.detectors``), which calls the built-in kinds' functions here:
 
 - ``cnn``: the split is scored through evaluate's scoring path, each clip gets the detector's
   rule score (its probability mode, rule and vote fraction) and a recording the mean of its
@@ -28,7 +28,6 @@ champion yet, candidate and champion the same version) come without it.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,7 +39,8 @@ from leakpipe.allocator import retain_freed_memory
 from leakpipe.config import EvaluateConfig, RecordingStatsConfig, RuntimeConfig, from_mapping
 from leakpipe.data.reader import open_split
 from leakpipe.decision.verdict import DECIMALS
-from leakpipe.detector import CNN_KIND, Detector
+from leakpipe.detector import Detector
+from leakpipe.detectors.registry import kind_of, load_any_detector
 from leakpipe.errors import DataError
 from leakpipe.evaluate.bootstrap import f1_from_counts, weighted_counts
 from leakpipe.evaluate.detector_evaluation import batch_limits, read_file_table
@@ -48,8 +48,7 @@ from leakpipe.evaluate.recording_scores import cnn_recording_scores
 from leakpipe.preload.plan import read_plan
 from leakpipe.runtime import Runtime, make_runtime
 from leakpipe.scoring.batching import BatchLimits
-from leakpipe.stats_detector import FUSED_KIND, FusedDetector, StatsDetector, load_any_detector
-from leakpipe.stats_detector import KIND as STATS_KIND
+from leakpipe.stats_detector import FusedDetector, StatsDetector
 from leakpipe.tracking import DetectorVersion
 
 log = logging.getLogger(__name__)
@@ -173,18 +172,10 @@ def stored_recordings(path: Path, settings: RecordingStatsConfig, kind: str) -> 
     return StoredRecordings(ids[first], truth, stats, np.cumsum(starts) - 1)
 
 
-# detector kind -> its verdicts on the test split (detector, split file, setup, progress label)
-DECIDERS: dict[str, Callable[[Any, Path, ScoringSetup, str], SplitDecisions]] = {
-    CNN_KIND: cnn_decisions, STATS_KIND: stats_decisions, FUSED_KIND: fused_decisions}
-
-
 def decide_split(detector: Any, path: Path, setup: ScoringSetup, desc: str) -> SplitDecisions:
-    """The verdicts of a detector of any kind (``DECIDERS``) on ``path``'s recordings."""
-    decider = DECIDERS.get(detector.kind)
-    if decider is None:
-        raise DataError(f"promote cannot score a {detector.kind} detector (kinds: "
-                        f"{sorted(DECIDERS)})")
-    return decider(detector, path, setup, desc)
+    """The verdicts of a detector of any kind (its kind's ``decide_split``) on ``path``'s
+    recordings."""
+    return kind_of(detector).decide_split(detector, path, setup, desc)
 
 
 def score_version(version: DetectorVersion, alias: str, path: Path,

@@ -7,7 +7,7 @@ the logit of the mean of the recording's clip scores) plus the statistics' evide
 x the statistics model's logit). The statistics' logit is in turn the bias of their model plus
 each statistic's contribution, given as the logger_stats kind gives them (``explain.stats``).
 The recording is decoded once and scored as `leakpipe predict` scores it
-(``predict_fused.measure_fused``), so the explained score is the predicted one, and the call is
+(``predict.fused.measure_fused``), so the explained score is the predicted one, and the call is
 given as predict's row gives it (``call``: the verdict, the model's ``decision``, ``leak_prob``
 and ``threshold`` on one calibrated scale, both parts' domain check, the notes); ``raw_score``
 and ``raw_threshold`` are the stacked probability and the threshold the call is taken on.
@@ -34,9 +34,9 @@ from leakpipe.explain.stats import (
     stats_explanation,
 )
 from leakpipe.explain.stats import to_json as stats_json
-from leakpipe.predict_fused import fused_domain, measure_fused
-from leakpipe.predict_rows import STATUS_OK
-from leakpipe.predict_scoring import ClipScoring
+from leakpipe.predict.fused import fused_domain, measure_fused
+from leakpipe.predict.rows import STATUS_OK
+from leakpipe.predict.scoring import ClipScoring
 from leakpipe.stats_detector import FusedDetector
 
 

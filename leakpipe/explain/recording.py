@@ -40,9 +40,9 @@ from leakpipe.explain.occlusion import (
     occluded,
     recording_level,
 )
-from leakpipe.predict_inputs import prepare
-from leakpipe.predict_rows import DECIMALS, STATUS_OK, domain_fields
-from leakpipe.predict_scoring import score_segments
+from leakpipe.predict.inputs import prepare
+from leakpipe.predict.rows import DECIMALS, STATUS_OK, domain_fields
+from leakpipe.predict.scoring import score_segments
 from leakpipe.runtime import Runtime
 
 # a smaller change of the score than the JSON's DECIMALS show is no push either way (a

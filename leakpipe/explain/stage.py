@@ -1,6 +1,7 @@
 """``run_explain``: `leakpipe explain REC... [--model PATH_OR_URI] --out DIR`.
 
-Per recording ``DIR/<stem>.png`` (``figure``; ``stats`` and ``fused`` for those kinds) and
+Per recording ``DIR/<stem>.png`` (the kind's ``DetectorKind.explainer``: ``recording`` and
+``figure`` for a cnn detector, ``stats`` and ``fused`` for those kinds) and
 ``DIR/<stem>.json`` (the same numbers), each written atomically (two recordings with one stem
 get ``<stem>-2``, ...), and one line with the call as predict's row says it
 (``figure.call_text``: the verdict, ``leak_prob`` and ``threshold`` on one scale, a shifted
@@ -21,26 +22,21 @@ import io
 import logging
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from leakpipe.allocator import retain_freed_memory
 from leakpipe.audio.opening import unread_format
 from leakpipe.constants import DECISION_NAMES
+from leakpipe.detectors.interface import ExplainSetup, Rendered
+from leakpipe.detectors.registry import kind_of, load_any_detector
 from leakpipe.errors import DataError
-from leakpipe.explain.figure import call_text, explanation_figure
 from leakpipe.explain.occlusion import FILLS
-from leakpipe.explain.recording import Explanation, explain_recording, to_json
 from leakpipe.files import json_text, os_problem, write_bytes_atomic, write_text_atomic
-from leakpipe.predict import resolve_model
-from leakpipe.predict_inputs import Unusable, select_recordings
-from leakpipe.predict_rows import STATUS_OK
-from leakpipe.predict_rules import batch_budget, scoring_rules
-from leakpipe.predict_scoring import clip_scoring
-from leakpipe.predict_target import check_folder
-from leakpipe.runtime import Runtime, make_runtime
-from leakpipe.stats_detector import FusedDetector, StatsDetector, load_any_detector
+from leakpipe.predict.inputs import Unusable, select_recordings
+from leakpipe.predict.rows import STATUS_OK
+from leakpipe.predict.run import resolve_model
+from leakpipe.predict.target import check_folder
+from leakpipe.runtime import make_runtime
 
 log = logging.getLogger(__name__)
 
@@ -57,64 +53,9 @@ def run_explain(paths: Sequence[Path], model: str, out: Path, params: Path, *,
     runtime = make_runtime(device, "auto", device_key="--device")
     retain_freed_memory()
     detector = load_any_detector(resolve_model(model))
-    if isinstance(detector, StatsDetector):
-        return _explain_stats(paths, detector, out)
-    if isinstance(detector, FusedDetector):
-        return _explain_fused(paths, detector, out, params, runtime)
-    if bands_per_group > detector.features.n_mels:
-        raise DataError(f"--bands-per-group: {bands_per_group} is more than the model's "
-                        f"{detector.features.n_mels} mel bands")
-    rules = scoring_rules(detector, params)
-    net = detector.inference_model().to(runtime.device)
-    budget = batch_budget(detector, rules, runtime)
-
-    def explain(path: Path) -> Rendered:
-        ex = explain_recording(path, detector, net, runtime=runtime, budget=budget,
-                               min_fraction=rules.min_clip_fraction,
-                               bands_per_group=bands_per_group, fill=fill, quality=rules.quality)
-        return Rendered(explanation_figure(ex), to_json(ex),
-                        f"{call_text(ex.shown)}; {_top(ex)}")
-
+    explain = kind_of(detector).explainer(detector, ExplainSetup(
+        params=params, runtime=runtime, bands_per_group=bands_per_group, fill=fill))
     return _explain_each(paths, out, explain)
-
-
-def _explain_stats(paths: Sequence[Path], detector: StatsDetector, out: Path) -> int:
-    """A logger_stats detector: per recording the statistics that moved its score."""
-    from leakpipe.explain import stats
-
-    def explain(path: Path) -> Rendered:
-        ex = stats.explain_stats_recording(path, detector)
-        top = next(iter(ex.contributions.items()))
-        return Rendered(stats.stats_figure(ex), stats.to_json(ex),
-                        f"{call_text(ex.call)}; most from {top[0]} ({top[1]:+.2f} to the "
-                        "logit)")
-
-    return _explain_each(paths, out, explain)
-
-
-def _explain_fused(paths: Sequence[Path], detector: FusedDetector, out: Path, params: Path,
-                   runtime: Runtime) -> int:
-    """A fused detector: per recording what each part moved the call by, and the statistics
-    that moved the statistics part."""
-    from leakpipe.explain import fused
-
-    scoring = clip_scoring(detector.cnn, scoring_rules(detector.cnn, params), runtime)
-
-    def explain(path: Path) -> Rendered:
-        ex = fused.explain_fused_recording(path, detector, scoring)
-        return Rendered(fused.fused_figure(ex), fused.to_json(ex),
-                        f"{call_text(ex.call)}; {_main_term(ex)}")
-
-    return _explain_each(paths, out, explain)
-
-
-@dataclass(frozen=True)
-class Rendered:
-    """One recording's explanation: its figure, its JSON and the summary line's middle."""
-
-    figure: Any
-    data: dict[str, Any]
-    line: str
 
 
 def _explain_each(paths: Sequence[Path], out: Path,
@@ -165,26 +106,6 @@ def explain_leaks(predictions: Path, model: str, out: Path, params: Path, *,
         return 0
     print(f"explain: {len(leaks)} LEAK decisions in {predictions} -> {out}")
     return run_explain(leaks, model, out, params, device=device)
-
-
-def _main_term(ex: Any) -> str:
-    """The term of the stacked logit (a part's evidence, or the stacker's intercept) that
-    pushed the call most the way it went, signed: what actually moved the score."""
-    terms = {f"the {name} part": part["evidence"] for name, part in ex.parts.items()}
-    terms["the stacker's intercept"] = ex.bias
-    leak = ex.raw_score >= ex.raw_threshold
-    name = max(terms, key=lambda k: terms[k] if leak else -terms[k])
-    others = ", ".join(f"{k} {v:+.2f}" for k, v in terms.items() if k != name)
-    return f"most from {name} ({terms[name]:+.2f} to the logit; {others})"
-
-
-def _top(ex: Explanation) -> str:
-    """The band group that most pushed the call the way it went."""
-    side = ex.towards_leak if ex.decision == DECISION_NAMES[1] else ex.towards_noleak
-    if not side:
-        return "no band group pushed it that way"
-    g = side[0]
-    return f"most from {ex.groups[g].label} (leak_prob {ex.leak_prob_without(g):.4f} without it)"
 
 
 def _unique(stem: str, seen: dict[str, int]) -> str:

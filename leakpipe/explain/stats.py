@@ -25,9 +25,9 @@ from matplotlib.figure import Figure
 from leakpipe.decision.verdict import call_fields, with_verdict
 from leakpipe.explain.figure import title
 from leakpipe.features.recording_stats import stat_names
-from leakpipe.predict_inputs import Unusable
-from leakpipe.predict_rows import STATUS_OK
-from leakpipe.predict_stats import stats_domain_fields
+from leakpipe.predict.inputs import Unusable
+from leakpipe.predict.rows import STATUS_OK
+from leakpipe.predict.stats import stats_domain_fields
 from leakpipe.stats_detector import StatsDetector, measure
 
 SHOWN = 12   # contributions drawn in the figure (the JSON holds all)

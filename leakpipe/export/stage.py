@@ -1,9 +1,10 @@
 """``run_export``: `leakpipe export --format onnx --model PATH_OR_URI --out DIR`.
 
 Writes ``DIR/model.onnx`` (the scoring network, its rules in the metadata property
-``leakpipe_rules``) and ``DIR/rules.json`` (the same rules); for a logger_stats detector the
-statistics' model (``stats_graph``), for a fused one the whole recording's decision from its
-segments and statistics (``fused_graph``). The graph is checked against
+``leakpipe_rules``) and ``DIR/rules.json`` (the same rules), both from the detector's kind
+(``DetectorKind.export``): for a cnn detector the segment network (``graph``, ``rules``), for a
+logger_stats one the statistics' model (``stats_graph``), for a fused one the whole recording's
+decision from its segments and statistics (``fused_graph``). The graph is checked against
 PyTorch with onnxruntime before anything is written; the pair is replaced together: the JSON
 first, then the model is renamed into place, so a failure leaves the previous pair (or none).
 """
@@ -13,12 +14,11 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from leakpipe.detectors.registry import kind_of, load_any_detector
 from leakpipe.errors import DataError
-from leakpipe.export.graph import OPSET, SEGMENT_DOC, checked_onnx, with_metadata
-from leakpipe.export.rules import edge_rules, raw_detector
-from leakpipe.files import file_sha256, json_text, write_atomic, write_text_atomic
-from leakpipe.predict import resolve_model
-from leakpipe.stats_detector import FusedDetector, StatsDetector, load_any_detector
+from leakpipe.export.graph import OPSET, with_metadata
+from leakpipe.files import json_text, write_atomic, write_text_atomic
+from leakpipe.predict.run import resolve_model
 
 log = logging.getLogger(__name__)
 
@@ -37,47 +37,11 @@ def run_export(spec: str, out: Path, fmt: str = "onnx") -> int:
         raise DataError(f"{out}: exists and is not a folder (--out names a folder)")
     path = resolve_model(spec)
     detector = load_any_detector(path)
-    if isinstance(detector, StatsDetector):
-        return _export_stats(detector, spec, path, out)
-    if isinstance(detector, FusedDetector):
-        return _export_fused(detector, spec, path, out)
-    graph, diff = checked_onnx(detector, str(path))
-    rules = edge_rules(detector, raw_detector(path), source=spec, sha256=file_sha256(path),
-                       onnx_file=ONNX_FILE, max_diff=diff)
-    model = _write_pair(out, graph, rules, SEGMENT_DOC)
-    print(f"export: {out / ONNX_FILE} ({len(model) / 1024:.0f} KiB, ONNX opset {OPSET}, "
-          f"largest |onnxruntime - torch| {diff:.1e}) and {out / RULES_FILE} (input_norm "
-          f"{detector.input_norm}, rule {detector.voting.rule}, threshold "
-          f"{detector.threshold:g})")
-    return 0
-
-
-def _export_stats(detector: StatsDetector, spec: str, path: Path, out: Path) -> int:
-    """A logger_stats detector: its statistics -> probability graph and the measuring rules."""
-    from leakpipe.export import stats_graph
-
-    graph, diff = stats_graph.checked_onnx(detector, str(path))
-    rules = stats_graph.stats_rules(detector, source=spec, sha256=file_sha256(path),
-                                    onnx_file=ONNX_FILE, max_diff=diff)
-    _write_pair(out, graph, rules, stats_graph.DOC)
-    print(f"export: {out / ONNX_FILE} (logger_stats, {len(detector.net.names)} statistics, "
-          f"ONNX opset {OPSET}, largest |onnxruntime - torch| {diff:.1e}) and "
-          f"{out / RULES_FILE} (threshold {detector.threshold:g})")
-    return 0
-
-
-def _export_fused(detector: FusedDetector, spec: str, path: Path, out: Path) -> int:
-    """A fused detector: one graph from a recording's segments and statistics to its stacked
-    probability, and the rules that make its inputs."""
-    from leakpipe.export import fused_graph
-
-    graph, diff = fused_graph.checked_onnx(detector, str(path))
-    rules = fused_graph.fused_rules(detector, source=spec, sha256=file_sha256(path),
-                                    onnx_file=ONNX_FILE, max_diff=diff)
-    _write_pair(out, graph, rules, fused_graph.DOC)
-    print(f"export: {out / ONNX_FILE} (fused: segments and {len(detector.logger_stats.net.names)} "
-          f"statistics, ONNX opset {OPSET}, largest |onnxruntime - torch| {diff:.1e}) and "
-          f"{out / RULES_FILE} (threshold {detector.threshold:g})")
+    exported = kind_of(detector).export(detector, spec, path)
+    model = _write_pair(out, exported.graph, exported.rules, exported.doc)
+    print(f"export: {out / ONNX_FILE} ({exported.what}, {len(model) / 1024:.0f} KiB, ONNX opset "
+          f"{OPSET}, largest |onnxruntime - torch| {exported.max_diff:.1e}) and "
+          f"{out / RULES_FILE} ({exported.rules_what})")
     return 0
 
 

@@ -6,10 +6,10 @@ selected) as an MLflow pyfunc model (``log_served_detector``) and registers it a
 ``mlflow models serve -m models:/leakpipe-detector@champion --env-manager local`` answers a
 client with recording decisions, not segment scores: for a `cnn` detector the same
 segmentation, voting, threshold and rule as `leakpipe predict`, through the same code
-(``predict_scoring.score_recordings``); for a `logger_stats` detector the same statistics and signal
+(``predict.scoring.score_recordings``); for a `logger_stats` detector the same statistics and signal
 checks as predict's (``stats_detector.measure``), one verdict per recording; for a `fused`
 detector the same one decoding into the CNN part's clips and the statistics, stacked, as
-predict's (``predict_fused.measure_fused``), one verdict per recording.
+predict's (``predict.fused.measure_fused``), one verdict per recording.
 
 The model is logged "from code": MLflow runs ``serve/model_code.py`` at load time, which builds
 a ``DetectorModel`` around the detector file (an artifact of the model). No pickled Python
@@ -47,9 +47,10 @@ recording is in its ``notes``. A request's recordings are also checked as a set,
 checks a folder (``request.with_request_set``): when they are, taken together, farther from the
 training recordings than its val recordings were, every call reads UNCERTAIN.
 
-Modules: ``model`` (``DetectorModel``, the schema and input example, ``log_served_detector``,
-``SCORERS``: the scorer of each kind), ``request`` (a request's rows as recordings, an answer's
-rows as JSON), ``cnn``, ``stats`` and ``fused`` (each kind's scorer), ``model_code`` (what
-MLflow runs at load time), ``server`` (`leakpipe serve`). Nothing is imported here: `leakpipe
-serve`'s argument parsing must not load MLflow's pyfunc machinery.
+Modules: ``model`` (``DetectorModel``, the schema and input example, ``log_served_detector``;
+the scorer of each kind comes from its ``DetectorKind.serve_scorer``), ``request`` (a
+request's rows as recordings, an answer's rows as JSON), ``cnn``, ``stats`` and ``fused``
+(each kind's scorer), ``model_code`` (what MLflow runs at load time), ``server`` (`leakpipe
+serve`). Nothing is imported here: `leakpipe serve`'s argument parsing must not load MLflow's
+pyfunc machinery.
 """

@@ -1,5 +1,5 @@
 """A served `cnn` detector: `leakpipe predict`'s rows of in-memory recordings, through the same
-code (``predict_scoring.score_recordings``: segmentation, voting, threshold, signal checks,
+code (``predict.scoring.score_recordings``: segmentation, voting, threshold, signal checks,
 domain)."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from leakpipe.audio.opening import AudioSource
 from leakpipe.audio.quality import DEAD_ONLY
 from leakpipe.detector import Detector
 from leakpipe.errors import DataError
-from leakpipe.predict_rows import SET_DISTANCE, Failed, error_row
-from leakpipe.predict_rules import ScoringRules, batch_budget
-from leakpipe.predict_scoring import score_recordings
+from leakpipe.predict.rows import SET_DISTANCE, Failed, error_row
+from leakpipe.predict.rules import ScoringRules, batch_budget
+from leakpipe.predict.scoring import score_recordings
 from leakpipe.runtime import make_runtime
 
 log = logging.getLogger(__name__)

@@ -1,7 +1,7 @@
 """A served `fused` detector: one verdict per recording from its CNN clips and its statistics.
 
 Each waveform goes through the fused detector's own scoring path, as `leakpipe predict` scores
-a file of this kind (``predict_fused.measure_fused``): decoded once, every block to build's
+a file of this kind (``predict.fused.measure_fused``): decoded once, every block to build's
 signal checks and to the statistics part's accumulator (at the recording's own rate), the clips
 cut from the same blocks scored by the CNN part with its own scoring rules (``serve.cnn.
 served_rules``), the two parts' recording logits stacked. The answer has the same columns as
@@ -12,7 +12,7 @@ the other kinds' (``leakpipe.serve``):
   ``band_hz`` (the recording's own Nyquist frequency);
 - ``band_limited``: a part reads something the recording's rate cannot fill (a statistic the
   statistics part reads is missing, or the Nyquist frequency lies below the CNN's ``fmax``);
-- the domain check of **both** parts, as predict's CSV has it (``predict_fused.fused_domain``):
+- the domain check of **both** parts, as predict's CSV has it (``predict.fused.fused_domain``):
   the statistics part's (``decision.stats_domain``) and the CNN part's (its band profile
   against evaluate's reference, ``decision.domain``; a part without a reference says nothing).
   ``domain`` is ``shifted`` when either part's check is, ``domain_reason`` names the part
@@ -24,7 +24,7 @@ the other kinds' (``leakpipe.serve``):
 - ``notes``: the checks that only flag the recording, each part's evidence (weight x logit:
   what it moved the stacked logit by) and the statistic that moved the statistics part most.
 
-A dead channel is always refused (``predict_inputs.signal_notes``), as for every kind: a silent
+A dead channel is always refused (``predict.inputs.signal_notes``), as for every kind: a silent
 logger is ``unusable``, never NOLEAK.
 """
 
@@ -38,22 +38,22 @@ import numpy as np
 from leakpipe.audio.clips import AudioError
 from leakpipe.audio.opening import AudioSource
 from leakpipe.decision.verdict import DECIMALS, call_fields, with_verdict
-from leakpipe.predict_fused import (  # combined_domain here too for its callers
+from leakpipe.predict.fused import (  # combined_domain here too for its callers
     cnn_distance,
     combined_domain,
     fused_domain,
     measure_fused,
 )
-from leakpipe.predict_inputs import Unusable
-from leakpipe.predict_rows import (
+from leakpipe.predict.inputs import Unusable
+from leakpipe.predict.rows import (
     SET_DISTANCE,
     STATUS_ERROR,
     STATUS_OK,
     STATUS_UNUSABLE,
     Failed,
 )
-from leakpipe.predict_scoring import ClipScoring, clip_scoring
-from leakpipe.predict_stats import top_statistic
+from leakpipe.predict.scoring import ClipScoring, clip_scoring
+from leakpipe.predict.stats import top_statistic
 from leakpipe.runtime import make_runtime
 from leakpipe.serve.cnn import served_rules
 from leakpipe.serve.stats import EXAMPLE_SECONDS

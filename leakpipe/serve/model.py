@@ -1,15 +1,14 @@
 """``DetectorModel`` (the pyfunc), its schema and input example, and how a stage logs it.
 
 One pyfunc for every detector kind: ``load_context`` loads the detector file of any kind
-(``stats_detector.load_any_detector``) and picks its scorer by ``detector.kind`` from
-``SCORERS`` (``serve.cnn``, ``serve.stats``, ``serve.fused``), the one place a new kind plugs
-in; the request's rows are read (``serve.request``) and the answer's columns are the same for
-every kind.
+(``detectors.registry.load_any_detector``) and builds its kind's scorer
+(``DetectorKind.serve_scorer``: ``serve.cnn``, ``serve.stats``, ``serve.fused`` for the
+built-in kinds); the request's rows are read (``serve.request``) and the answer's columns are
+the same for every kind.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,11 +21,9 @@ from mlflow.types.schema import AnyType, Array
 
 import leakpipe
 from leakpipe import tracking
-from leakpipe.detector import CNN_KIND
-from leakpipe.errors import DataError
-from leakpipe.predict_rows import TIMELINE
-from leakpipe.serve.cnn import CnnScorer, served_rules
-from leakpipe.serve.fused import FusedScorer
+from leakpipe.detectors.registry import kind_of, load_any_detector
+from leakpipe.predict.rows import TIMELINE
+from leakpipe.serve.cnn import served_rules
 from leakpipe.serve.request import (
     NUMBER_COLUMNS,
     OUTPUT_COLUMNS,
@@ -35,9 +32,6 @@ from leakpipe.serve.request import (
     served_row,
     with_request_set,
 )
-from leakpipe.serve.stats import StatsScorer
-from leakpipe.stats_detector import FUSED_KIND, load_any_detector
-from leakpipe.stats_detector import KIND as STATS_KIND
 
 ARTIFACT = "detector"          # the detector file's key among the model's artifacts
 MODEL_CODE = Path(__file__).with_name("model_code.py")
@@ -48,11 +42,6 @@ PACKAGE_DIR = Path(leakpipe.__file__).resolve().parent   # shipped with the mode
 REQUIREMENTS = ("torch", "numpy", "scipy", "soundfile", "h5py", "pandas", "pyyaml", "tqdm",
                 "psutil", "mlflow")
 EXAMPLE_RATES = (2000, 3000)   # Hz: two rows at two rates, neither the model's
-# detector kind -> its scorer: built once from the detector at load time, then ``rows`` of a
-# request's sources (an ``AudioSource`` or a ``Failed`` each) in order
-SCORERS: dict[str, Callable[[Any], Any]] = {CNN_KIND: CnnScorer, STATS_KIND: StatsScorer,
-                                             FUSED_KIND: FusedScorer}
-
 # sample_rate is "any": declared long, MLflow's REST parser casts 4096.5 to 4096 before
 # leakpipe sees it; as sent, ``request._rate`` refuses a rate that is not a whole number
 INPUT_SCHEMA = Schema([
@@ -70,21 +59,12 @@ OUTPUT_SCHEMA = Schema([
 ])
 
 
-def scorer_class(detector: Any) -> Any:
-    """The scorer of ``detector``'s kind; a ``DataError`` for a kind that cannot be served."""
-    make = SCORERS.get(detector.kind)
-    if make is None:
-        raise DataError(f"a {detector.kind} detector cannot be served (kinds served: "
-                        f"{sorted(SCORERS)})")
-    return make
-
-
 class DetectorModel(PythonModel):
     """A detector file of any kind answering requests of recordings (see ``leakpipe.serve``)."""
 
     def load_context(self, context: Any) -> None:
         self.detector = load_any_detector(Path(context.artifacts[ARTIFACT]))
-        self.scorer = scorer_class(self.detector)(self.detector)
+        self.scorer = kind_of(self.detector).serve_scorer(self.detector)
 
     def predict(self, context: Any, model_input: pd.DataFrame,
                 params: dict[str, Any] | None = None) -> pd.DataFrame:
@@ -100,7 +80,7 @@ def input_example(detector: Any, seed: int = 0) -> pd.DataFrame:
     """Two recordings at two rates (one clip long for a cnn detector): rows of any count are
     accepted (the schema names columns, not a batch size)."""
     rng = np.random.default_rng(seed)
-    seconds = scorer_class(detector).example_seconds(detector)
+    seconds = kind_of(detector).example_seconds(detector)
     return pd.DataFrame({
         "waveform": [np.round(rng.normal(0, 0.1, round(seconds * rate)), 3).tolist()
                      for rate in EXAMPLE_RATES],
@@ -113,7 +93,6 @@ def log_served_detector(path: Path, name: str = "detector") -> str:
     """Log the detector file ``path`` (any kind) as this run's served MLflow model; its
     ``models:/`` URI."""
     detector = load_any_detector(path)
-    scorer_class(detector)       # a kind that cannot be served is refused before logging
     return tracking.log_pyfunc(
         name, code=MODEL_CODE, artifacts={ARTIFACT: Path(path)},
         signature=ModelSignature(inputs=INPUT_SCHEMA, outputs=OUTPUT_SCHEMA),
@@ -121,6 +100,5 @@ def log_served_detector(path: Path, name: str = "detector") -> str:
         code_paths=[PACKAGE_DIR])
 
 
-__all__ = ["ARTIFACT", "INPUT_SCHEMA", "OUTPUT_COLUMNS", "OUTPUT_SCHEMA", "SCORERS",
-           "DetectorModel", "as_sent", "input_example", "log_served_detector", "scorer_class",
-           "served_rules"]
+__all__ = ["ARTIFACT", "INPUT_SCHEMA", "OUTPUT_COLUMNS", "OUTPUT_SCHEMA", "DetectorModel",
+           "as_sent", "input_example", "log_served_detector", "served_rules"]

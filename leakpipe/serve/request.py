@@ -21,7 +21,7 @@ from leakpipe.audio.opening import AudioSource, waveform_source
 from leakpipe.decision.domain import SHIFTED, DomainReference
 from leakpipe.decision.domain_set import min_set_size, set_check
 from leakpipe.decision.verdict import with_set_verdict
-from leakpipe.predict_rows import COLUMNS, SET_DISTANCE, TIMELINE, Failed
+from leakpipe.predict.rows import COLUMNS, SET_DISTANCE, TIMELINE, Failed
 
 OUTPUT_COLUMNS = ("id", *(c for c in COLUMNS if c != "path"))
 NUMBER_COLUMNS = ("leak_prob", "threshold", "vote_fraction", "frac_long_over", "duration_s",

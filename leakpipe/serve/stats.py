@@ -26,8 +26,8 @@ from leakpipe.audio.clips import AudioError
 from leakpipe.audio.opening import AudioSource
 from leakpipe.audio.quality import DEAD
 from leakpipe.decision.verdict import DECIMALS, call_fields, with_verdict
-from leakpipe.predict_rows import STATUS_ERROR, STATUS_OK, STATUS_UNUSABLE, Failed
-from leakpipe.predict_stats import stats_domain_fields
+from leakpipe.predict.rows import STATUS_ERROR, STATUS_OK, STATUS_UNUSABLE, Failed
+from leakpipe.predict.stats import stats_domain_fields
 from leakpipe.stats_detector import StatsDetector, measure
 
 EXAMPLE_SECONDS = 2.0      # length of the logged input example's recordings

@@ -4,8 +4,11 @@
 `metrics/cv.json`'s ``selected`` (the kind with the best pooled recording ROC-AUC, a more
 complex kind winning only by more than ``detector.selection_margin``: leakpipe.cv.recording_level).
 
+How a kind is fitted and scored is the kind's (``kind_named(kind).ship``, one module per kind in
+``leakpipe.detectors.kinds``); the built-in kinds:
+
 - ``cnn``: evaluate's detector (`models/detector.pt`, its operating point chosen on val) is the
-  shipped one, byte for byte;
+  shipped one, byte for byte (``leakpipe.ship.cnn_evaluation``);
 - ``logger_stats``: the statistics model is fitted on train, its strength, threshold and
   calibration chosen on val, test scored once (``leakpipe.ship.stats_evaluation``);
 - ``fused``: evaluate's CNN detector and a logger_stats part fitted as above, stacked on the
@@ -20,7 +23,6 @@ registered version (alias ``candidate``) come from ``leakpipe.ship.registration`
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import json
 import logging
@@ -29,21 +31,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from leakpipe import tracking
-from leakpipe.baselines.recording_figures import recording_figures
-from leakpipe.config import DETECTOR_KINDS, EvaluateConfig, load_section
-from leakpipe.data.stamp import trust_splits
-from leakpipe.decision.voting import decide
-from leakpipe.detector import load_detector
+from leakpipe.config import DETECTOR_KINDS, load_section
+from leakpipe.detectors.registry import kind_named, registered
 from leakpipe.errors import DataError
-from leakpipe.files import temporary_sibling, write_csv_atomic, write_json_atomic
+from leakpipe.files import write_csv_atomic, write_json_atomic
 from leakpipe.metric_names import json_safe, nest
 from leakpipe.ship.figures import (
-    MEAN_CLIP_SCORE,
     ShippedCalls,
-    calls_from_rows,
     plot_records,
     shipped_figures,
 )
@@ -51,7 +46,6 @@ from leakpipe.ship.figures import (
 log = logging.getLogger(__name__)
 
 STAGE = "ship"
-CNN, STATS, FUSED = "cnn", "logger_stats", "fused"
 SPLITS = ("train", "val", "test")
 PREDICTION_COLUMNS = ("split", "recording_id", "group", "truth", "leak_prob", "decision",
                       "threshold", "raw_score")   # `leakpipe predict`'s names and scales
@@ -72,9 +66,31 @@ class ShipPaths:
     plots_dir: Path | None = None    # plots/ship: the shipped detector's test figures (None: not)
 
 
+@dataclass(frozen=True)
+class ShipJob:
+    """What a kind's ``ship`` (``leakpipe.detectors``) fits and scores from."""
+
+    paths: ShipPaths
+    params: Path
+    splits: dict[str, Path]            # train / val / test -> the built split
+    run: tracking.Tracker              # ship's MLflow run (a kind tags it with what it read)
+
+
+@dataclass(frozen=True)
+class ShipOutcome:
+    """A kind's shipped detector, written to ``paths.shipped``, and its test figures."""
+
+    metrics: dict[str, Any]            # flat: test/recording_f1, ...
+    rows: list[dict[str, Any]]         # ``PREDICTION_COLUMNS`` per val / test recording
+    calls: ShippedCalls | None         # the test recordings' calls (the figures); None: none
+
+
 def chosen_kind(method: str, cv_path: Path) -> tuple[str, dict[str, Any]]:
     """The kind to ship and what cv said about it (empty when ``method`` names the kind)."""
     if method != "auto":
+        if method not in registered():
+            raise DataError(f"detector.method: {method!r} is not auto or a detector kind "
+                            f"({registered()})")
         return method, {}
     try:
         summary = json.loads(cv_path.read_text())
@@ -106,19 +122,8 @@ def run_ship(paths: ShipPaths, params: Path) -> int:
     splits = {s: paths.data_dir / f"{s}.h5" for s in SPLITS}
     with tracking.start_run(STAGE) as run:
         run.log_params({"detector": dataclasses.asdict(cfg), "kind": kind})
-        if kind == CNN:
-            _copy(paths.cnn_detector, paths.shipped)
-            threshold = load_detector(paths.cnn_detector).threshold
-            metrics: dict[str, Any] = cnn_recording_figures(
-                paths.cnn_predictions, threshold, load_section(params, "evaluate"))
-            rows: list[dict[str, Any]] = []
-            calls = cnn_test_calls(paths.cnn_predictions, threshold)
-        else:
-            trust = trust_splits(paths.validated, splits)
-            run.set_tags(trust.tags)
-            ship_kind = _ship_stats if kind == STATS else _ship_fused
-            metrics, rows = ship_kind(paths, params, splits)
-            calls = calls_from_rows(rows)
+        outcome = kind_named(kind).ship(ShipJob(paths, params, splits, run))
+        metrics, rows, calls = outcome.metrics, outcome.rows, outcome.calls
         if paths.plots_dir is not None:
             _write_figures(run, paths.plots_dir, kind, calls)
         report = {"kind": kind, "method": cfg.method, **selection, **nest(json_safe(metrics))}
@@ -147,36 +152,6 @@ def _publish(run: tracking.Tracker, paths: ShipPaths, kind: str, report: dict[st
                                  params=params), paths.model_card)
 
 
-def _ship_stats(paths: ShipPaths, params: Path,
-                splits: dict[str, Path]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    from leakpipe.ship.stats_evaluation import evaluate_stats_detector
-    from leakpipe.stats_detector import save_stats_detector
-
-    build = load_section(params, "build")
-    evaluation = evaluate_stats_detector(splits, load_section(params, "baselines"),
-                                         load_section(params, "evaluate"),
-                                         load_section(params, "decision"), build.quality)
-    save_stats_detector(paths.shipped, evaluation.detector)
-    return evaluation.metrics, evaluation.rows
-
-
-def _ship_fused(paths: ShipPaths, params: Path,
-                splits: dict[str, Path]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    from leakpipe.runtime import make_runtime
-    from leakpipe.ship.fused_evaluation import evaluate_fused_detector
-    from leakpipe.stats_detector import save_fused_detector
-
-    rt = load_section(params, "runtime")
-    evaluation = evaluate_fused_detector(
-        splits, load_detector(paths.cnn_detector), baselines=load_section(params, "baselines"),
-        ev=load_section(params, "evaluate"), decision=load_section(params, "decision"),
-        fusion_c=load_section(params, "detector").fusion_C,
-        quality=load_section(params, "build").quality,
-        runtime=make_runtime(rt.device, rt.amp, rt.channels_last))
-    save_fused_detector(paths.shipped, evaluation.detector)
-    return evaluation.metrics, evaluation.rows
-
-
 def _write_figures(run: tracking.Tracker, folder: Path, kind: str,
                    calls: ShippedCalls | None) -> None:
     """``plots/ship/<name>.json`` and the figures on the run (``leakpipe.ship.figures``); the
@@ -191,64 +166,6 @@ def _write_figures(run: tracking.Tracker, folder: Path, kind: str,
         write_json_atomic(folder / f"{name}.json", records)
     for name, figure in shipped_figures(kind, calls).items():
         run.log_figure(figure, f"{STAGE}/{name}.png")
-
-
-def cnn_test_calls(predictions: Path, threshold: float) -> ShippedCalls | None:
-    """The CNN kind's call per test recording (``cnn_recording_figures``'s scores)."""
-    found = _cnn_test_recordings(predictions)
-    if found is None:
-        return None
-    _, truth, scores = found
-    return ShippedCalls(truth=truth, score=scores, decision=decide(scores, threshold)[0],
-                     threshold=threshold, scale=MEAN_CLIP_SCORE)
-
-
-def cnn_recording_figures(predictions: Path, threshold: float,
-                          ev: EvaluateConfig) -> dict[str, float]:
-    """The CNN detector's test figures per recording, from evaluate's clip predictions: a
-    recording's score is the mean of its clips' rule scores, decided at evaluate's threshold
-    (the clip operating point: evaluate keeps no val predictions to choose a recording one);
-    site-bootstrap intervals as logger_stats'. {} without the file."""
-    found = _cnn_test_recordings(predictions)
-    if found is None:
-        return {}
-    groups, truth, scores = found
-    return recording_figures("test", truth, decide(scores, threshold)[0], scores, groups,
-                             intervals=ev, counts=True)
-
-
-def _cnn_test_recordings(predictions: Path
-                         ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """(groups, truth, mean clip score) of every test recording in evaluate's predictions;
-    None without the file or a test row."""
-    if not predictions.is_file():
-        log.info("%s not found: no recording figures for the cnn kind", predictions)
-        return None
-    per: dict[str, list[Any]] = {}
-    try:
-        with predictions.open(newline="") as handle:
-            for row in csv.DictReader(handle):
-                if row["split"] == "test":
-                    entry = per.setdefault(row["recording_id"], [row["group"],
-                                                                 int(row["leak"]), []])
-                    entry[2].append(float(row["leak_score"]))
-    except (KeyError, ValueError) as exc:
-        raise DataError(f"{predictions}: not evaluate's predictions table ({exc})") from None
-    if not per:
-        return None
-    groups = np.asarray([v[0] for v in per.values()])
-    truth = np.asarray([v[1] for v in per.values()], dtype=bool)
-    scores = np.asarray([float(np.mean(v[2])) for v in per.values()])
-    return groups, truth, scores
-
-
-def _copy(source: Path, target: Path) -> None:
-    if not source.is_file():
-        raise DataError(f"{source}: no such detector file; run `dvc repro evaluate`")
-    tmp = temporary_sibling(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(source, tmp)
-    tmp.replace(target)
 
 
 def summary_line(report: dict[str, Any], path: Path) -> str:

@@ -44,7 +44,7 @@ from leakpipe.decision.calibration import Calibration, fit_platt
 from leakpipe.decision.stats_domain import missing_shares
 from leakpipe.decision.verdict import call_fields
 from leakpipe.decision.voting import decide
-from leakpipe.predict_stats import RAW_DECIMALS
+from leakpipe.predict.stats import RAW_DECIMALS
 from leakpipe.stats_detector import StatsDetector
 
 log = logging.getLogger(__name__)

@@ -4,7 +4,7 @@ Recordings are found as `build` finds class folders (``<root>/LEAK/*.wav``,
 ``<root>/NOLEAK/*.wav``; one group per file). Each is read, resampled to the detector's rate
 and cut into every non-overlapping clip (``build.clips_per_recording: all``; `leakpipe predict`
 instead covers a recording with overlapping clips), and its features are computed with the
-detector's feature config. Scoring goes through ``leakpipe.predict_scoring.score_segments`` (the
+detector's feature config. Scoring goes through ``leakpipe.predict.scoring.score_segments`` (the
 detector's ``input_norm`` included); a clip's score is the detector rule's score over its long
 segments, so ``LEAK <=> score >= detector.threshold``.
 """
@@ -23,8 +23,8 @@ from leakpipe.decision.voting import file_scores
 from leakpipe.detector import Detector
 from leakpipe.errors import DataError
 from leakpipe.features.mel import clip_features
-from leakpipe.predict_rules import ScoringRules
-from leakpipe.predict_scoring import score_segments
+from leakpipe.predict.rules import ScoringRules
+from leakpipe.predict.scoring import score_segments
 from leakpipe.runtime import Runtime
 from realcheck.metrics import ClipTable
 

@@ -20,7 +20,7 @@ from typing import Any
 from leakpipe.config import DecisionConfig, RuntimeConfig, TrainConfig
 from leakpipe.detector import load_detector
 from leakpipe.files import file_sha256
-from leakpipe.predict_rules import scoring_rules
+from leakpipe.predict.rules import scoring_rules
 from leakpipe.runtime import make_runtime
 from realcheck import findings
 from realcheck.fewshot import FewShotConfig, leave_one_out

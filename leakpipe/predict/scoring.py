@@ -1,17 +1,17 @@
 """How `leakpipe predict` scores a CNN detector's recordings: one row per recording, a batch of
 recordings at a time.
 
-Each recording is read like `build` reads it (``leakpipe.predict_inputs``: any WAV / FLAC /
+Each recording is read like `build` reads it (``leakpipe.predict.inputs``: any WAV / FLAC /
 OGG, resampled to the model's rate, with the feature config stored in the detector file, so
 features always match training), covered by clips of the model's clip length (evenly spaced
 from start to end, as build places its clips; a recording shorter than one clip is
 zero-padded), and scored through the one scoring path (``leakpipe.scoring``). All long segments
 of a recording are then voted on together with the detector's rule and threshold into its row
-(``leakpipe.predict_rows.result_row``); one that cannot be read gets an error row, one whose
+(``leakpipe.predict.rows.result_row``); one that cannot be read gets an error row, one whose
 signal is refused an unusable row.
 
 Recordings are scored in batches of many recordings up to a segment budget
-(``predict_rules.batch_budget``), so the device sees full batches whatever the recordings'
+(``predict.rules.batch_budget``), so the device sees full batches whatever the recordings'
 lengths. A recording is decoded block by block and turned into features a batch's worth of
 clips at a time (``prepare``), so a long one is scored in parts and only its probabilities are
 kept until its row is written: memory does not grow with its length beyond those (clips x long
@@ -38,9 +38,9 @@ from leakpipe.audio.quality import DEAD_ONLY
 from leakpipe.config import QualityConfig
 from leakpipe.decision.domain import band_profile
 from leakpipe.detector import Detector
-from leakpipe.predict_inputs import prepare_all
-from leakpipe.predict_rows import Failed, Prepared, error_row, result_row
-from leakpipe.predict_rules import ScoringRules, batch_budget
+from leakpipe.predict.inputs import prepare_all
+from leakpipe.predict.rows import Failed, Prepared, error_row, result_row
+from leakpipe.predict.rules import ScoringRules, batch_budget
 from leakpipe.runtime import Runtime
 from leakpipe.scoring.batching import array_batches
 from leakpipe.scoring.score import score_batches

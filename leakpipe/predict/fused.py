@@ -6,7 +6,7 @@ build's signal checks and to the statistics part's accumulator (at the recording
 build measured the training ones), and the clips cut from the same blocks (resampled to the
 CNN's rate, evenly spaced from start to end as predict places them) become the CNN's features,
 scored a batch's worth at a time through predict's scoring path (``ClipScoring``, which
-``leakpipe.predict_scoring.clip_scoring`` makes). The CNN part's recording probability is the
+``leakpipe.predict.scoring.clip_scoring`` makes). The CNN part's recording probability is the
 mean of its clips' rule scores, the statistics part's the net's probability; the stacker weighs
 the two (``stats_detector.FusedDetector``). The served detector (``leakpipe.serve.fused``)
 measures an in-memory waveform through the same ``measure_fused``.
@@ -14,7 +14,7 @@ measures an in-memory waveform through the same ``measure_fused``.
 A recording whose signal fails a refused check (a dead channel always, and every check of
 ``quality.reject``) is ``unusable``, never ``NOLEAK``; one that cannot be read or is shorter
 than the CNN's shortest usable recording gets an ``error`` row. The rows have the logger_stats
-kind's columns (``predict_stats.COLUMNS``) and go through its loop (``--resume``, the detector
+kind's columns (``predict.stats.COLUMNS``) and go through its loop (``--resume``, the detector
 recorded beside the CSV): ``raw_score`` is the stacked probability (the call is taken on it),
 ``leak_prob`` its calibration and ``threshold`` the operating point on that scale,
 ``top_statistic`` the statistic that moved the statistics part most (``leakpipe explain`` gives
@@ -26,7 +26,7 @@ reference says nothing) is, ``domain_reason`` naming the part (``logger_stats ba
 (the statistics' 1, the CNN's val threshold): above 1 a part is past its limit. A shifted
 recording's verdict is UNCERTAIN (``decision.verdict``). The set domain check reads the CNN
 part's distance of each recording (``cnn_distance``, against that part's val recordings: a
-shifted set makes every call UNCERTAIN, ``predict_rows.check_recording_set``).
+shifted set makes every call UNCERTAIN, ``predict.rows.check_recording_set``).
 """
 
 from __future__ import annotations
@@ -54,11 +54,11 @@ from leakpipe.decision.verdict import DECIMALS, call_fields, with_verdict
 from leakpipe.features.mel import band_centers_hz
 from leakpipe.features.recording_stats import StatsAccumulator
 from leakpipe.files import os_problem
-from leakpipe.predict_inputs import Unusable, prepare
-from leakpipe.predict_rows import SET_DISTANCE, STATUS_ERROR, STATUS_UNUSABLE
-from leakpipe.predict_scoring import ClipScoring
-from leakpipe.predict_stats import RAW_DECIMALS, blank_row, run_predict_stats, top_statistic
-from leakpipe.predict_target import DetectorStamp
+from leakpipe.predict.inputs import Unusable, prepare
+from leakpipe.predict.rows import SET_DISTANCE, STATUS_ERROR, STATUS_UNUSABLE
+from leakpipe.predict.scoring import ClipScoring
+from leakpipe.predict.stats import RAW_DECIMALS, blank_row, run_predict_stats, top_statistic
+from leakpipe.predict.target import DetectorStamp
 from leakpipe.stats_detector import FusedDetector
 
 
@@ -107,7 +107,7 @@ def measure_fused(recording: Path | AudioSource, detector: FusedDetector,
 
 
 def score_fused_file(path: Path, detector: FusedDetector, scoring: ClipScoring) -> dict[str, Any]:
-    """One recording's row (``predict_stats.COLUMNS``)."""
+    """One recording's row (``predict.stats.COLUMNS``)."""
     row = blank_row(path, detector)
     if reason := unread_format(path):
         return with_verdict({**row, "status": STATUS_UNUSABLE, "notes": reason})

@@ -1,6 +1,6 @@
 """`leakpipe predict` with a `logger_stats` detector: one verdict per recording from its level
 statistics (and the CSV loop and columns that a `fused` detector's rows share:
-``leakpipe.predict_fused``).
+``leakpipe.predict.fused``).
 
 Each recording is measured as `build` measured the training ones (decoded once, block by block,
 at its own rate; ``leakpipe.stats_detector.measure``): the statistics, then build's signal
@@ -17,9 +17,9 @@ notes then say why and what to do; UNUSABLE without a call).
 
 After the rows, the recordings are checked as a set where the detector keeps a set reference
 (``set_reference``: a fused detector's CNN part; a logger_stats detector has none, and predict
-says so), and a shifted set's calls read UNCERTAIN (``predict_rows.check_recording_set``).
+says so), and a shifted set's calls read UNCERTAIN (``predict.rows.check_recording_set``).
 
-The output contract is predict's (``predict_target``): the recordings and ``--out`` checked
+The output contract is predict's (``predict.target``): the recordings and ``--out`` checked
 first, the detector recorded beside the CSV, ``--resume`` continuing only a CSV of the same
 detector and scoring again every row that did not end ``ok``.
 """
@@ -27,7 +27,6 @@ detector and scoring again every row that did not end ``ok``.
 from __future__ import annotations
 
 import csv
-import functools
 import logging
 import math
 import os
@@ -53,8 +52,8 @@ from leakpipe.decision.verdict import (
 )
 from leakpipe.errors import DataError
 from leakpipe.files import file_sha256, os_problem, write_csv_atomic
-from leakpipe.predict_inputs import PREDICT_SUFFIXES, find_recordings
-from leakpipe.predict_rows import (
+from leakpipe.predict.inputs import PREDICT_SUFFIXES, find_recordings
+from leakpipe.predict.rows import (
     DECIMALS,
     SET_DISTANCE,
     STATUS_ERROR,
@@ -64,7 +63,7 @@ from leakpipe.predict_rows import (
     earlier_distances,
     say_set_check,
 )
-from leakpipe.predict_target import DetectorStamp, check_resume, write_stamp
+from leakpipe.predict.target import DetectorStamp, check_resume, write_stamp
 from leakpipe.stats_detector import StatsDetector, measure
 
 log = logging.getLogger(__name__)
@@ -153,13 +152,11 @@ def _kept_rows(out: Path) -> list[dict[str, str]]:
 
 def run_predict_stats(paths: Sequence[Path], detector: RecordingDetector, out: Path, *,
                       stamp: DetectorStamp, resume: bool, progress: bool,
-                      score: Callable[[Path], dict[str, Any]] | None = None) -> dict[str, int]:
+                      score: Callable[[Path], dict[str, Any]]) -> dict[str, int]:
     """Score every recording under ``paths`` into the CSV ``out``; the counts. ``score`` gives
-    a recording's row (``COLUMNS``); by default ``score_file`` of a logger_stats detector."""
+    a recording's row (``COLUMNS``): ``score_file`` of a logger_stats detector, a fused
+    detector's ``predict.fused.score_fused_file``, or a kind's own."""
     start = time.perf_counter()
-    if score is None:
-        assert isinstance(detector, StatsDetector)
-        score = functools.partial(score_file, detector=detector)
     if resume:
         check_resume(out, stamp)
     kept = _kept_rows(out) if resume else []

@@ -37,7 +37,7 @@ from leakpipe.detector import Detector
 from leakpipe.errors import DataError
 from leakpipe.features.mel import clip_features
 from leakpipe.files import listed_entries, os_problem
-from leakpipe.predict_rows import STATUS_UNUSABLE, Failed, Prepared
+from leakpipe.predict.rows import STATUS_UNUSABLE, Failed, Prepared
 
 log = logging.getLogger(__name__)
 

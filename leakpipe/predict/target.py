@@ -28,7 +28,7 @@ from pathlib import Path
 from leakpipe.detector import Detector
 from leakpipe.errors import DataError
 from leakpipe.files import file_sha256, json_text, os_problem, write_text_atomic
-from leakpipe.predict_rows import DECIMALS, domain_path, timeline_path
+from leakpipe.predict.rows import DECIMALS, domain_path, timeline_path
 
 STAMP_FORMAT = "leakpipe.predict_detector"
 SHORT_SHA = 12   # hex digits of a SHA-256 shown in messages
