@@ -151,3 +151,46 @@ def test_serve_answers_a_dead_channel_and_a_good_recording_as_predict_does(
                                                                                            None)
     assert answers["good.wav"]["verdict"] == predicted["good.wav"]["verdict"]
     assert answers["good.wav"]["decision"] == predicted["good.wav"]["decision"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_served_row_is_the_predict_row(kind: str, models: dict[str, Path],
+                                           tmp_path: Path) -> None:
+    """Every column of predict's CSV has, in the served answer for the same recording, the
+    value predict wrote (numbers within the CSV's rounding; where a note names the recording,
+    the served one names it by its id): one code makes both rows."""
+    import pandas as pd
+    from mlflow.pyfunc import PythonModelContext
+
+    from leakpipe.serve.model import ARTIFACT, DetectorModel
+
+    recs = tmp_path / "recs"
+    _inputs(recs)
+    names = ("good.wav", "dead.wav")
+    out = tmp_path / "pred.csv"
+    assert main(["predict", *(str(recs / n) for n in names), "--model", str(models[kind]),
+                 "--out", str(out), "--no-progress", "--device", "cpu"]) == 0
+    with out.open(newline="") as handle:
+        predicted = {Path(r["path"]).name: r for r in csv.DictReader(handle)}
+    served = DetectorModel()
+    served.load_context(PythonModelContext(artifacts={ARTIFACT: str(models[kind])},
+                                           model_config={}))
+    request = pd.DataFrame([{"waveform": sf.read(recs / n, dtype="float32")[0].tolist(),
+                             "sample_rate": RATE, "id": n} for n in names])
+    answers = {a["id"]: a for a in served.predict(None, request).to_dict("records")}
+    for name in names:
+        row, answer = predicted[name], answers[name]
+        assert answer["kind"] == kind
+        for column, text in row.items():
+            if column == "path":
+                continue
+            text = text.replace(row["path"], name)
+            value = answer[column]
+            if text == "":
+                assert value in ("", None), (name, column, value)
+            elif isinstance(value, bool):
+                assert str(value) == text, (name, column)
+            elif isinstance(value, int | float):
+                assert value == pytest.approx(float(text), abs=1e-4), (name, column)
+            else:
+                assert str(value) == text, (name, column, value, text)

@@ -134,7 +134,9 @@ def test_logged_model_is_an_mlflow_model_with_a_batch_free_signature(served: Ser
     assert [(c["name"], c["required"]) for c in inputs] == [
         ("waveform", True), ("sample_rate", True), ("id", False)]
     assert [c["name"] for c in info.signature.outputs.to_dict()] == list(OUTPUT_COLUMNS)
-    assert OUTPUT_COLUMNS[1:] == COLUMNS[1:]                 # predict's columns, id for path
+    # predict's columns, id for path; then the recording-level kinds' columns a cnn row has not
+    assert OUTPUT_COLUMNS[1:len(COLUMNS)] == COLUMNS[1:]
+    assert OUTPUT_COLUMNS[len(COLUMNS):] == ("raw_score", "kind", "sample_rate", "top_statistic")
     example = mlflow.models.Model.load(served.uri).load_input_example()
     assert len(example) == 2 and sorted(example["sample_rate"]) == [2000, 3000]
     model = mlflow.pyfunc.load_model(served.uri)

@@ -123,7 +123,9 @@ def test_served_fused_detector_decides_recordings_and_refuses_a_dead_logger(
         # the CNN part has no domain reference here: the statistics part's check speaks
         assert a["domain"] == "in" and a["domain_reason"] == ""
         assert 0.0 <= a["domain_distance"] <= 1.0
-        assert "evidence cnn " in a["notes"] and "top statistic" in a["notes"]
+        assert a["kind"] == FUSED_KIND and a["sample_rate"] == RATE
+        assert a["top_statistic"].split()[0] in detector.logger_stats.net.names
+        assert (a["raw_score"] >= detector.threshold) == (a["decision"] == "LEAK")
     low = answers["low-rate"]                  # a band the statistics part reads is missing
     assert low["status"] == "ok" and low["band_limited"] is True and low["duration_s"] == 6.0
     assert low["domain"] == "shifted" and low["domain_reason"].startswith("logger_stats band: ")

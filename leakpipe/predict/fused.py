@@ -112,23 +112,34 @@ def score_fused_file(path: Path, detector: FusedDetector, scoring: ClipScoring) 
     if reason := unread_format(path):
         return with_verdict({**row, "status": STATUS_UNUSABLE, "notes": reason})
     try:
-        measured = measure_fused(path, detector, scoring)
-    except Unusable as exc:
-        return with_verdict({**row, "status": STATUS_UNUSABLE, "notes": str(exc)})
+        fields, _ = fused_fields(path, detector, scoring)
     except AudioError as exc:
         return with_verdict({**row, "status": STATUS_ERROR, "notes": str(exc)})
     except OSError as exc:
         return with_verdict({**row, "status": STATUS_ERROR,
                              "notes": f"{path}: {os_problem(path, exc)}"})
+    return with_verdict({**row, **fields})
+
+
+def fused_fields(recording: Path | AudioSource, detector: FusedDetector, scoring: ClipScoring
+                 ) -> tuple[dict[str, Any], FusedMeasured | None]:
+    """A recording's row fields under a fused detector (a file's, or a served request's: one
+    code for both), and the measurement (None: a refused signal, an ``unusable`` row); raises
+    ``AudioError`` (unreadable, too short) or ``OSError``."""
+    source = recording if isinstance(recording, AudioSource) else open_audio(recording)
+    heard = {"sample_rate": int(source.sample_rate),
+             "duration_s": round(source.frames / source.sample_rate, 3)}
+    try:
+        measured = measure_fused(source, detector, scoring)
+    except Unusable as exc:
+        return {**heard, "status": STATUS_UNUSABLE, "notes": str(exc)}, None
     score = float(detector.probability(measured.cnn_prob, measured.stats[None, :])[0])
-    return with_verdict({
-        **row, "sample_rate": measured.rate, "duration_s": round(measured.seconds, 3),
-        "raw_score": round(score, RAW_DECIMALS),
-        **call_fields(score, detector.threshold, detector.leak_prob(score),
-                      detector.prob_threshold),
-        "top_statistic": top_statistic(detector.logger_stats.contributions(measured.stats)),
-        **fused_domain(detector, measured), "notes": measured.notes,
-        SET_DISTANCE: cnn_distance(detector, measured)})
+    return {**heard, "raw_score": round(score, RAW_DECIMALS),
+            **call_fields(score, detector.threshold, detector.leak_prob(score),
+                          detector.prob_threshold),
+            "top_statistic": top_statistic(detector.logger_stats.contributions(measured.stats)),
+            **fused_domain(detector, measured), "notes": measured.notes,
+            SET_DISTANCE: cnn_distance(detector, measured)}, measured
 
 
 def cnn_distance(detector: FusedDetector, measured: FusedMeasured) -> float:
@@ -177,5 +188,5 @@ def run_predict_fused(paths: Sequence[Path], detector: FusedDetector, out: Path,
 
 
 __all__ = ["ClipScoring", "FusedMeasured", "cnn_distance", "combined_domain", "fused_domain",
-           "measure_fused",
+           "fused_fields", "measure_fused",
            "run_predict_fused", "score_fused_file"]

@@ -64,7 +64,7 @@ from leakpipe.predict.rows import (
     say_set_check,
 )
 from leakpipe.predict.target import DetectorStamp, check_resume, write_stamp
-from leakpipe.stats_detector import StatsDetector, measure
+from leakpipe.stats_detector import Measured, StatsDetector, measure
 
 log = logging.getLogger(__name__)
 
@@ -119,23 +119,31 @@ def score_file(path: Path, detector: StatsDetector) -> dict[str, Any]:
     if reason := unread_format(path):
         return with_verdict({**row, "status": STATUS_UNUSABLE, "notes": reason})
     try:
-        measured = measure(open_audio(path), detector)
+        fields, _ = measured_fields(open_audio(path), detector)
     except AudioError as exc:
         return with_verdict({**row, "status": STATUS_ERROR, "notes": str(exc)})
     except OSError as exc:
         return with_verdict({**row, "status": STATUS_ERROR,
                              "notes": f"{path}: {os_problem(path, exc)}"})
-    row.update(sample_rate=measured.rate, duration_s=round(measured.seconds, 3))
+    return with_verdict({**row, **fields})
+
+
+def measured_fields(source: Any, detector: StatsDetector) -> tuple[dict[str, Any], Measured]:
+    """An ``AudioSource``'s row fields under a logger_stats detector (a file's, or a served
+    request's: one code for both), and the measurement; raises ``AudioError`` / ``OSError``."""
+    measured = measure(source, detector)
+    fields: dict[str, Any] = {"sample_rate": measured.rate,
+                              "duration_s": round(measured.seconds, 3)}
     if measured.stats is None:
-        return with_verdict({**row, "status": STATUS_UNUSABLE, "notes": "; ".join(
-            measured.problems) + " (build.quality.reject: no decision)"})
+        return {**fields, "status": STATUS_UNUSABLE, "notes": "; ".join(
+            measured.problems) + " (build.quality.reject: no decision)"}, measured
     score = float(detector.probability(measured.stats[None, :])[0])
-    return with_verdict({
-        **row, "raw_score": round(score, RAW_DECIMALS),
-        **call_fields(score, detector.threshold, detector.leak_prob(score),
-                      detector.prob_threshold),
-        "top_statistic": top_statistic(detector.contributions(measured.stats)),
-        **stats_domain_fields(detector, measured.stats), "notes": "; ".join(measured.flags)})
+    return {**fields, "raw_score": round(score, RAW_DECIMALS),
+            **call_fields(score, detector.threshold, detector.leak_prob(score),
+                          detector.prob_threshold),
+            "top_statistic": top_statistic(detector.contributions(measured.stats)),
+            **stats_domain_fields(detector, measured.stats),
+            "notes": "; ".join(measured.flags)}, measured
 
 
 def _kept_rows(out: Path) -> list[dict[str, str]]:
@@ -192,5 +200,5 @@ def run_predict_stats(paths: Sequence[Path], detector: RecordingDetector, out: P
     return {**counts, "leaks": verdicts[LEAK], "uncertain": verdicts[UNCERTAIN]}
 
 
-__all__ = ["COLUMNS", "RAW_DECIMALS", "RecordingDetector", "blank_row", "run_predict_stats",
-           "score_file", "stamp_of", "stats_domain_fields", "top_statistic"]
+__all__ = ["COLUMNS", "RAW_DECIMALS", "RecordingDetector", "blank_row", "measured_fields",
+           "run_predict_stats", "score_file", "stamp_of", "stats_domain_fields", "top_statistic"]

@@ -25,20 +25,25 @@ resamples to its model's, a `logger_stats` one measures at that rate, a `fused` 
 on the server's disk for whoever asks; files are `leakpipe predict`'s input.
 
 Output, one row per recording in input order, the same columns for every kind: ``id`` and then
-predict's columns (``status``, ``verdict``, ``leak_prob``, ``decision``, ``threshold``, ``rule``,
-``prob_mode``, ``vote_fraction``, ``frac_long_over``, ``n_long``, ``duration_s``, ``band_hz``,
-``band_limited``, ``domain``, ``domain_distance``, ``domain_reason``, ``long_starts_s``,
-``long_clips``, ``long_probs``, ``notes``), the timeline as three lists in time order (each long
-segment's start in seconds, its clip, its probability). ``leak_prob`` and ``threshold`` are on
-one scale, as predict's CSV shows them (4 digits; ``decision``, the model's call, is LEAK
-exactly when ``leak_prob`` reaches ``threshold``); ``verdict`` is LEAK, NOLEAK, UNCERTAIN
-(``domain`` shifted: ``notes`` say why and what to do) or UNUSABLE (no call). A `logger_stats`
-detector has no segments: its ``rule`` is ``logger_stats``, ``prob_mode`` is "", ``vote_fraction``,
-``frac_long_over`` and ``n_long`` are null and the timeline lists empty; ``band_hz`` is the
-recording's own Nyquist frequency, ``band_limited`` says a statistic it reads is missing at that
-rate, and its domain check is that of its statistics (``decision.stats_domain``). A `fused`
-detector leaves the same columns empty (``rule`` ``fused``); its ``band_limited`` and domain
-check are both parts' (``serve.fused``). A recording that cannot be used (too short, non-finite
+predict's columns of every kind (a `cnn` detector's: ``status``, ``verdict``, ``leak_prob``,
+``decision``, ``threshold``, ``rule``, ``prob_mode``, ``vote_fraction``, ``frac_long_over``,
+``n_long``, ``duration_s``, ``band_hz``, ``band_limited``, ``domain``, ``domain_distance``,
+``domain_reason``, ``long_starts_s``, ``long_clips``, ``long_probs``, ``notes``; then those of
+the kinds of one verdict per recording: ``raw_score``, ``kind``, ``sample_rate``,
+``top_statistic``), the timeline as three lists in time order (each long segment's start in
+seconds, its clip, its probability). Each row is made by the code that makes predict's row of
+its kind, so every column of predict's CSV has the value predict writes for the same recording;
+``kind`` is filled for every kind, and a column a kind does not have is null (or "", or []).
+``leak_prob`` and ``threshold`` are on one scale, as predict's CSV shows them (4 digits;
+``decision``, the model's call, is LEAK exactly when ``leak_prob`` reaches ``threshold``);
+``verdict`` is LEAK, NOLEAK, UNCERTAIN (``domain`` shifted: ``notes`` say why and what to do)
+or UNUSABLE (no call). A `logger_stats` detector has no segments: its ``rule`` is
+``logger_stats``, ``prob_mode`` is "", ``vote_fraction``, ``frac_long_over`` and ``n_long`` are
+null and the timeline lists empty; ``band_hz`` is the recording's own Nyquist frequency,
+``band_limited`` says a statistic it reads is missing at that rate, and its domain check is
+that of its statistics (``decision.stats_domain``). A `fused` detector leaves the same columns
+empty (``rule`` ``fused``); its ``band_limited`` and domain check are both parts'
+(``serve.fused``). A recording that cannot be used (too short, non-finite
 samples, a bad rate) gets ``status`` "error" and its reason in ``notes``; one whose signal fails
 build's checks as the detector's `build.quality` refuses them (a dead, constant channel always,
 for every kind) gets ``status`` "unusable", no ``decision`` and no ``leak_prob``: a silent

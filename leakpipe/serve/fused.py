@@ -21,8 +21,11 @@ the other kinds' (``leakpipe.serve``):
   above 1 a part is past its limit; ``verdict`` is then UNCERTAIN;
 - empty, as for `logger_stats` (one verdict per recording, no segment timeline): ``prob_mode``
   "", ``vote_fraction``, ``frac_long_over`` and ``n_long`` null, the timeline lists [];
-- ``notes``: the checks that only flag the recording, each part's evidence (weight x logit:
-  what it moved the stacked logit by) and the statistic that moved the statistics part most.
+- predict's recording-level columns, from the same code (``predict.fused.fused_fields``):
+  ``raw_score`` (the stacked probability the call is taken on), ``kind``, ``sample_rate``,
+  ``top_statistic`` (the statistic that moved the statistics part most) and ``notes`` (the
+  checks that only flag the recording): each the value predict's CSV has for the recording
+  (``leakpipe explain`` gives each part's evidence).
 
 A dead channel is always refused (``predict.inputs.signal_notes``), as for every kind: a silent
 logger is ``unusable``, never NOLEAK.
@@ -31,29 +34,18 @@ logger is ``unusable``, never NOLEAK.
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from leakpipe.audio.clips import AudioError
 from leakpipe.audio.opening import AudioSource
-from leakpipe.decision.verdict import DECIMALS, call_fields, with_verdict
-from leakpipe.predict.fused import (  # combined_domain here too for its callers
-    cnn_distance,
-    combined_domain,
-    fused_domain,
-    measure_fused,
-)
-from leakpipe.predict.inputs import Unusable
-from leakpipe.predict.rows import (
-    SET_DISTANCE,
-    STATUS_ERROR,
-    STATUS_OK,
-    STATUS_UNUSABLE,
-    Failed,
-)
+from leakpipe.decision.verdict import with_verdict
+from leakpipe.predict.fused import combined_domain, fused_fields  # combined_domain: callers'
+from leakpipe.predict.rows import STATUS_ERROR, Failed
 from leakpipe.predict.scoring import ClipScoring, clip_scoring
-from leakpipe.predict.stats import top_statistic
+from leakpipe.predict.stats import blank_row
 from leakpipe.runtime import make_runtime
 from leakpipe.serve.cnn import served_rules
 from leakpipe.serve.stats import EXAMPLE_SECONDS
@@ -82,34 +74,22 @@ class FusedScorer:
 
 def fused_row(source: AudioSource | Failed, detector: FusedDetector,
               scoring: ClipScoring) -> dict[str, Any]:
-    """One recording's row (``leakpipe.serve``'s columns; see the module docstring)."""
-    row: dict[str, Any] = {"status": STATUS_OK, "rule": detector.kind, "prob_mode": "",
-                           "threshold": round(detector.prob_threshold, DECIMALS),
-                           "decision": "", "domain": "", "domain_reason": "", "notes": ""}
+    """One recording's row: predict's (``predict.fused.fused_fields``, the same code), with the
+    served columns predict's CSV of this kind has not (see the module docstring)."""
+    row: dict[str, Any] = {**blank_row(Path(str(source.path)), detector),
+                           "rule": detector.kind, "prob_mode": ""}
     if isinstance(source, Failed):
         return with_verdict({**row, "status": source.status, "notes": source.reason})
-    row.update(duration_s=round(source.frames / source.sample_rate, DECIMALS),
-               band_hz=source.sample_rate / 2)
+    row["band_hz"] = source.sample_rate / 2
     try:
-        measured = measure_fused(source, detector, scoring)
-    except Unusable as exc:
-        return with_verdict({**row, "status": STATUS_UNUSABLE, "notes": str(exc)})
+        fields, measured = fused_fields(source, detector, scoring)
     except AudioError as exc:
         return with_verdict({**row, "status": STATUS_ERROR, "notes": str(exc)})
-    score = float(detector.probability(measured.cnn_prob, measured.stats[None, :])[0])
-    evidence = detector.evidence(measured.cnn_prob, measured.stats)
-    used = np.asarray(measured.stats, np.float64)[detector.logger_stats.columns]     # (S,)
-    notes = [measured.notes, "evidence " + ", ".join(f"{part} {value:+.2f}"
-                                                     for part, value in evidence.items()),
-             "top statistic " + top_statistic(detector.logger_stats.contributions(
-                 measured.stats))]
-    return with_verdict({
-        **row, **fused_domain(detector, measured), SET_DISTANCE: cnn_distance(detector, measured),
-        **call_fields(score, detector.threshold, detector.leak_prob(score),
-                      detector.prob_threshold),
-        "band_limited": bool(not np.isfinite(used).all()
-                             or measured.rate / 2 < detector.cnn.features.fmax),
-        "notes": "; ".join(filter(None, notes))})
+    if measured is not None:
+        used = np.asarray(measured.stats, np.float64)[detector.logger_stats.columns]  # (S,)
+        row["band_limited"] = bool(not np.isfinite(used).all()
+                                   or measured.rate / 2 < detector.cnn.features.fmax)
+    return with_verdict({**row, **fields})
 
 
 __all__ = ["FusedScorer", "combined_domain", "fused_row"]

@@ -70,7 +70,8 @@ class DetectorModel(PythonModel):
                 params: dict[str, Any] | None = None) -> pd.DataFrame:
         ids, sources = request_sources(model_input)
         scored = with_request_set(self.scorer.rows(sources), self.detector.set_reference)
-        rows = [served_row(row, name) for row, name in zip(scored, ids, strict=True)]
+        rows = [served_row({**row, "kind": self.detector.kind}, name)
+                for row, name in zip(scored, ids, strict=True)]
         # object columns: an error row's missing figures stay None (JSON null) and counts
         # stay integers, rather than pandas turning both into floats and NaN
         return pd.DataFrame(rows, columns=list(OUTPUT_COLUMNS), dtype=object)

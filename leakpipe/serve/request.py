@@ -22,12 +22,17 @@ from leakpipe.decision.domain import SHIFTED, DomainReference
 from leakpipe.decision.domain_set import min_set_size, set_check
 from leakpipe.decision.verdict import with_set_verdict
 from leakpipe.predict.rows import COLUMNS, SET_DISTANCE, TIMELINE, Failed
+from leakpipe.predict.stats import COLUMNS as RECORDING_COLUMNS
 
-OUTPUT_COLUMNS = ("id", *(c for c in COLUMNS if c != "path"))
+# predict's columns of every kind: a cnn detector's, then those of the kinds of one verdict
+# per recording (predict.stats.COLUMNS) that a cnn row has not; a column a kind has not is
+# empty (null)
+OUTPUT_COLUMNS = ("id", *(c for c in COLUMNS if c != "path"),
+                  *(c for c in RECORDING_COLUMNS if c not in COLUMNS))
 NUMBER_COLUMNS = ("leak_prob", "threshold", "vote_fraction", "frac_long_over", "duration_s",
-                  "band_hz", "domain_distance")
+                  "band_hz", "domain_distance", "raw_score", "sample_rate")
 TEXT_COLUMNS = ("id", "status", "verdict", "decision", "rule", "prob_mode", "domain",
-                "domain_reason", "notes")
+                "domain_reason", "notes", "kind", "top_statistic")
 
 
 def request_sources(frame: pd.DataFrame) -> tuple[list[str], list[AudioSource | Failed]]:

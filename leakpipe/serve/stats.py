@@ -1,15 +1,15 @@
 """A served `logger_stats` detector: one verdict per recording from its level statistics.
 
-Each waveform is measured as `leakpipe predict` measures a file of this kind (``stats_detector.
-measure``: the statistics at its own rate, build's signal checks), and the answer has the same
-columns as a `cnn` detector's (``leakpipe.serve``): ``verdict``, ``leak_prob`` the calibrated
-probability, ``threshold`` the operating point on that scale (both as predict's CSV shows them),
-``decision`` (the model's call), ``rule`` ``logger_stats``, ``duration_s``, ``band_hz`` (the
-recording's own Nyquist frequency) and ``band_limited`` (a statistic the detector reads is
-missing at that rate), the domain check of its statistics (``decision.stats_domain``,
-predict's ``stats_domain_fields``). What this kind does not have is empty: ``prob_mode`` "",
-``vote_fraction``, ``frac_long_over`` and ``n_long`` null, the timeline lists []. ``notes``
-carries the checks that only flag the recording and the statistic that moved the score most.
+Each waveform is measured and its row made by the code that makes `leakpipe predict`'s row of
+a file of this kind (``predict.stats.measured_fields``: the statistics at its own rate, build's
+signal checks), so every column of predict's CSV of this kind has the same value here
+(``verdict``, ``leak_prob``, ``decision``, ``threshold``, ``raw_score``, ``kind``,
+``sample_rate``, ``duration_s``, ``top_statistic``, the domain check of its statistics,
+``notes``). The served answer has the columns of every kind (``leakpipe.serve``); those of
+this kind beyond predict's CSV: ``rule`` ``logger_stats``, ``band_hz`` (the recording's own
+Nyquist frequency), ``band_limited`` (a statistic the detector reads is missing at that rate);
+what it does not have is empty: ``prob_mode`` "", ``vote_fraction``, ``frac_long_over`` and
+``n_long`` null, the timeline lists [].
 
 A dead channel is always refused, whatever ``build.quality.reject`` the detector holds (as the
 `cnn` kind refuses it): a silent logger is ``unusable``, never NOLEAK.
@@ -18,6 +18,7 @@ A dead channel is always refused, whatever ``build.quality.reject`` the detector
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -25,10 +26,10 @@ import numpy as np
 from leakpipe.audio.clips import AudioError
 from leakpipe.audio.opening import AudioSource
 from leakpipe.audio.quality import DEAD
-from leakpipe.decision.verdict import DECIMALS, call_fields, with_verdict
-from leakpipe.predict.rows import STATUS_ERROR, STATUS_OK, STATUS_UNUSABLE, Failed
-from leakpipe.predict.stats import stats_domain_fields
-from leakpipe.stats_detector import StatsDetector, measure
+from leakpipe.decision.verdict import with_verdict
+from leakpipe.predict.rows import STATUS_ERROR, Failed
+from leakpipe.predict.stats import blank_row, measured_fields
+from leakpipe.stats_detector import StatsDetector
 
 EXAMPLE_SECONDS = 2.0      # length of the logged input example's recordings
 
@@ -58,33 +59,21 @@ class StatsScorer:
 
 
 def stats_row(source: AudioSource | Failed, detector: StatsDetector) -> dict[str, Any]:
-    """One recording's row (``leakpipe.serve``'s columns; see the module docstring)."""
-    row: dict[str, Any] = {"status": STATUS_OK, "rule": detector.kind, "prob_mode": "",
-                           "threshold": round(detector.prob_threshold, DECIMALS),
-                           "decision": "", "domain": "", "domain_reason": "", "notes": ""}
+    """One recording's row: predict's (``predict.stats.measured_fields``, the same code), with
+    the served columns predict's CSV of this kind has not (see the module docstring)."""
+    row: dict[str, Any] = {**blank_row(Path(str(source.path)), detector),
+                           "rule": detector.kind, "prob_mode": ""}
     if isinstance(source, Failed):
         return with_verdict({**row, "status": source.status, "notes": source.reason})
     try:
-        measured = measure(source, detector)
+        fields, measured = measured_fields(source, detector)
     except AudioError as exc:
         return with_verdict({**row, "status": STATUS_ERROR, "notes": str(exc)})
-    row.update(duration_s=round(measured.seconds, DECIMALS), band_hz=measured.rate / 2)
-    if measured.stats is None:
-        return with_verdict({
-            **row, "status": STATUS_UNUSABLE,
-            "notes": f"{source.path}: {'; '.join(measured.problems)}: no leak decision on this "
-                     "signal (build.quality.reject; a dead channel always)"})
-    used = np.asarray(measured.stats, dtype=np.float64)[detector.columns]       # (S,)
-    score = float(detector.probability(measured.stats[None, :])[0])
-    moved = detector.contributions(measured.stats)
-    top = max(moved, key=lambda k: abs(moved[k]))
-    notes = [*(f"flagged: {flag}" for flag in measured.flags), f"top statistic {top} "
-             f"{moved[top]:+.2f}"]
-    return with_verdict({
-        **row, **call_fields(score, detector.threshold, detector.leak_prob(score),
-                             detector.prob_threshold),
-        "band_limited": bool(not np.isfinite(used).all()),
-        **stats_domain_fields(detector, measured.stats), "notes": "; ".join(notes)})
+    row["band_hz"] = measured.rate / 2
+    if measured.stats is not None:
+        used = np.asarray(measured.stats, dtype=np.float64)[detector.columns]       # (S,)
+        row["band_limited"] = bool(not np.isfinite(used).all())
+    return with_verdict({**row, **fields})
 
 
 __all__ = ["EXAMPLE_SECONDS", "StatsScorer", "stats_row", "with_dead_refused"]
