@@ -42,12 +42,14 @@ class FusedCardInputs:
     split_sha: Mapping[str, str]      # split -> its file's sha256 (those known)
     source: str                       # build.source, as params.yaml names it
     domain: Mapping[str, float]       # the statistics part's shifted shares of val and test
+    per_condition: str = ""           # model_card.per_condition_section of the test recordings
 
 
 def fused_model_card(card: FusedCardInputs) -> str:
     """The card as Markdown (the registered version's description and a DVC output)."""
     parts = [_head(card), intended_use(), _model(card), _cnn_part(card), _stats_part(card),
-             _data(card), _figures(card), _domain(card), _limits(card)]
+             _data(card), _figures(card), card.per_condition, _domain(card), _limits(card)]
+    parts = [p for p in parts if p]
     return "\n\n".join(p.rstrip() for p in parts) + "\n"
 
 

@@ -165,29 +165,42 @@ def _test(card: CardInputs) -> str:
 
 
 def _per_condition(card: CardInputs) -> str:
+    return per_condition_section(card.truth, card.decision, card.recording_ids,
+                                 card.conditions, card.confidence, "clip")
+
+
+def per_condition_section(truth: np.ndarray, decision: np.ndarray, recording_ids: np.ndarray,
+                          conditions: Mapping[str, Mapping[str, str]], confidence: float,
+                          unit: str) -> str:
+    """``## Per condition (test split)``: sensitivity and specificity per pipe material, sensor
+    and native rate of the test ``unit``s (clips or recordings: (N,) truth, decision and their
+    recording ids), with Wilson intervals over recordings; every kind's card has it."""
     head = "## Per condition (test split)\n\n"
-    of_clip = [card.conditions.get(str(r), {}) for r in card.recording_ids]
-    tables = [_condition_table(card, of_clip, column, label) for column, label in CONDITIONS
-              if any(column in c for c in of_clip)]
+    ids = np.asarray(recording_ids).astype(str)
+    of_unit = [conditions.get(r, {}) for r in ids]
+    tables = [_condition_table(np.asarray(truth, bool), np.asarray(decision, bool), ids,
+                               confidence, of_unit, column, label)
+              for column, label in CONDITIONS if any(column in c for c in of_unit)]
     if not tables:
-        return head + ("The source has no manifest with `material`, `sensor` or `sample_rate` "
-                       "columns: no per-condition figures.")
-    return head + (f"Sensitivity and specificity per clip with {card.confidence:.0%} Wilson "
+        return head + ("No manifest with `material`, `sensor` or `sample_rate` columns: no "
+                       "per-condition figures.")
+    return head + (f"Sensitivity and specificity per {unit} with {confidence:.0%} Wilson "
                    "intervals over recordings; n = recordings (LEAK / other). Rows with fewer "
                    f"than {FEW_RECORDINGS} recordings are marked *: read them as anecdotes.\n\n"
                    + "\n\n".join(tables))
 
 
-def _condition_table(card: CardInputs, of_clip: Sequence[Mapping[str, str]], column: str,
+def _condition_table(truth_all: np.ndarray, decision_all: np.ndarray, ids_all: np.ndarray,
+                     confidence: float, of_unit: Sequence[Mapping[str, str]], column: str,
                      label: str) -> str:
-    values = np.array([c.get(column, "unknown") for c in of_clip])
-    counts = {v: len(np.unique(card.recording_ids[values == v])) for v in np.unique(values)}
+    values = np.array([c.get(column, "unknown") for c in of_unit])
+    counts = {v: len(np.unique(ids_all[values == v])) for v in np.unique(values)}
     order = sorted(counts, key=lambda v: (-counts[v], v))
     lines = [f"| {label} | n | sensitivity | specificity |", "|---|---|---|---|"]
     for value in order[:MAX_ROWS]:
         rows = values == value
-        truth, decision, ids = card.truth[rows], card.decision[rows], card.recording_ids[rows]
-        cis = rate_intervals(truth, decision, ids, card.confidence)
+        truth, decision, ids = truth_all[rows], decision_all[rows], ids_all[rows]
+        cis = rate_intervals(truth, decision, ids, confidence)
         leak_n = len(np.unique(ids[truth]))
         other_n = len(np.unique(ids[~truth]))
         mark = " *" if counts[value] < FEW_RECORDINGS else ""

@@ -42,13 +42,15 @@ class StatsCardInputs:
     split_sha: Mapping[str, str]      # split -> its file's sha256 (those known)
     source: str                       # build.source, as params.yaml names it
     domain: Mapping[str, float]       # domain_reference.stats_domain_figures of val and test
+    per_condition: str = ""           # model_card.per_condition_section of the test recordings
 
 
 def stats_model_card(card: StatsCardInputs) -> str:
     """The card as Markdown (the registered version's description and a DVC output)."""
     parts = [_head(card), intended_use(), _model(card), _data(card),
              recording_figures_section(card.metrics, card.confidence, ("val", "test")),
-             _domain(card), _limits(card)]
+             card.per_condition, _domain(card), _limits(card)]
+    parts = [p for p in parts if p]
     return "\n\n".join(p.rstrip() for p in parts) + "\n"
 
 
@@ -91,8 +93,9 @@ def statistics_text(d: StatsDetector, metrics: Mapping[str, float], *,
     enough for a registry description, says the same of its statistics part and leaves the
     names to the coefficients' table)."""
     spec, net = d.stats, d.net
-    used = (f": {', '.join(f'`{n}`' for n in net.names)}." if names
-            else "; the largest coefficients below.")
+    every = len(net.names) == len(stat_names(spec))
+    used = ("." if every else f": {', '.join(f'`{n}`' for n in net.names)}." if names
+            else "; the largest coefficients below.")       # every one: no list to read
     return ("- Reads the whole recording's level statistics at its own sample rate "
             "(leakpipe/features/recording_stats.py): frames of "
             f"{spec.frame_s:g} s, level percentiles {_list(spec.percentiles)}, spread (p90 - "

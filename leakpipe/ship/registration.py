@@ -30,12 +30,19 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from leakpipe import tracking
 from leakpipe.baselines.logger_stats import read_recordings
 from leakpipe.config import load_section
+from leakpipe.constants import DECISION_NAMES
 from leakpipe.decision.stats_domain import shifted_shares
 from leakpipe.detectors.registry import kind_named, load_any_detector
-from leakpipe.evaluate.model_card import registry_description
+from leakpipe.evaluate.model_card import (
+    manifest_conditions,
+    per_condition_section,
+    registry_description,
+)
 from leakpipe.evaluate.registration import SHA_CHARS, register_version
 from leakpipe.evaluate.stats_card import recording_figures_section
 from leakpipe.files import file_sha256, write_text_atomic
@@ -61,6 +68,7 @@ class Shipped:
     sha256: str = ""                  # of ``file``
     split_sha: Mapping[str, str] | None = None   # split -> sha256 where a run knows it
     evaluate_run: str | None = None   # cnn: the evaluate run that wrote the file
+    rows: tuple[Mapping[str, Any], ...] = ()   # ship's val / test rows (PREDICTION_COLUMNS)
 
 
 def publish_shipped(run: tracking.Tracker, shipped: Shipped, card_path: Path | None) -> str | None:
@@ -142,11 +150,24 @@ def stats_shares(data_dir: Path, detector: StatsDetector) -> dict[str, float]:
     return shifted_shares(net.mean.numpy(), net.scale.numpy(), tables, detector.missing_share)
 
 
+def conditions_section(shipped: Shipped) -> str:
+    """The card's per-condition section of ship's test recordings (``model_card.
+    per_condition_section``, the manifest's material, sensor and rate columns)."""
+    test = [r for r in shipped.rows if r["split"] == "test" and r["decision"] in DECISION_NAMES]
+    conditions = manifest_conditions(Path(str(load_section(shipped.params, "build").source)))
+    return per_condition_section(
+        np.asarray([bool(int(r["truth"])) for r in test], bool),
+        np.asarray([r["decision"] == DECISION_NAMES[1] for r in test], bool),
+        np.asarray([str(r["recording_id"]) for r in test]), conditions,
+        load_section(shipped.params, "evaluate").confidence, "recording")
+
+
 def plain_card(shipped: Shipped, description: str) -> str:
     """A card of a kind with nothing more to say than ``description`` (Markdown) and ship's
     figures per recording."""
     return (f"# Model card: {shipped.kind} detector {shipped.sha256[:SHA_CHARS]}\n\n"
-            f"{description.strip()}\n\n" + ship_figures_section(shipped))
+            f"{description.strip()}\n\n" + ship_figures_section(shipped) + "\n\n"
+            + conditions_section(shipped))
 
 
 def ship_figures_section(shipped: Shipped) -> str:
@@ -177,4 +198,4 @@ def _why(report: Mapping[str, Any]) -> str:
 
 
 __all__ = ["Shipped", "plain_card", "publish_shipped", "ship_figures_section", "shipped_card",
-           "split_digests_of", "stats_shares", "version_tags"]
+           "split_digests_of", "stats_shares", "conditions_section", "version_tags"]

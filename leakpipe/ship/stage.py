@@ -134,13 +134,13 @@ def run_ship(paths: ShipPaths, params: Path) -> int:
                          if isinstance(v, int | float)})
         run.log_artifact(paths.shipped, STAGE)
         run.log_artifact(paths.metrics, STAGE)
-        _publish(run, paths, kind, report, metrics, params)
+        _publish(run, paths, kind, report, metrics, params, rows)
     print(summary_line(report, paths.shipped))
     return 0
 
 
 def _publish(run: tracking.Tracker, paths: ShipPaths, kind: str, report: dict[str, Any],
-             metrics: dict[str, Any], params: Path) -> None:
+             metrics: dict[str, Any], params: Path, rows: list[dict[str, Any]]) -> None:
     """The shipped detector's card, served model and registered version
     (``leakpipe.ship.registration``: the registry's candidate is registered there only)."""
     from leakpipe.ship.registration import Shipped, publish_shipped
@@ -149,7 +149,7 @@ def _publish(run: tracking.Tracker, paths: ShipPaths, kind: str, report: dict[st
                                  metrics={k: float(v) for k, v in metrics.items()
                                           if isinstance(v, int | float)},
                                  data_dir=paths.data_dir, cnn_card=paths.cnn_card,
-                                 params=params), paths.model_card)
+                                 params=params, rows=tuple(rows)), paths.model_card)
 
 
 def _write_figures(run: tracking.Tracker, folder: Path, kind: str,

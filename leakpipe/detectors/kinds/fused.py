@@ -120,7 +120,7 @@ class FusedKind:
         from leakpipe.config import load_section
         from leakpipe.detectors.registry import load_any_detector
         from leakpipe.evaluate.fused_card import FusedCardInputs, fused_model_card
-        from leakpipe.ship.registration import stats_shares
+        from leakpipe.ship.registration import stats_shares, conditions_section
 
         detector = load_any_detector(shipped.file)
         ev = load_section(shipped.params, "evaluate")
@@ -130,7 +130,8 @@ class FusedKind:
             fusion_c=load_section(shipped.params, "detector").fusion_C,
             detector_sha=shipped.sha256, split_sha=dict(shipped.split_sha or {}),
             source=str(load_section(shipped.params, "build").source),
-            domain=stats_shares(shipped.data_dir, detector.logger_stats)))
+            domain=stats_shares(shipped.data_dir, detector.logger_stats),
+            per_condition=conditions_section(shipped)))
 
     def version_tags(self, detector: FusedDetector) -> dict[str, str]:
         return {}

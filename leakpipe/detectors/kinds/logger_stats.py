@@ -106,7 +106,7 @@ class LoggerStatsKind:
         from leakpipe.config import load_section
         from leakpipe.detectors.registry import load_any_detector
         from leakpipe.evaluate.stats_card import StatsCardInputs, stats_model_card
-        from leakpipe.ship.registration import stats_shares
+        from leakpipe.ship.registration import stats_shares, conditions_section
 
         detector = load_any_detector(shipped.file)
         ev = load_section(shipped.params, "evaluate")
@@ -115,7 +115,8 @@ class LoggerStatsKind:
             confidence=ev.confidence, detector_sha=shipped.sha256,
             split_sha=dict(shipped.split_sha or {}),
             source=str(load_section(shipped.params, "build").source),
-            domain=stats_shares(shipped.data_dir, detector)))
+            domain=stats_shares(shipped.data_dir, detector),
+            per_condition=conditions_section(shipped)))
 
     def version_tags(self, detector: StatsDetector) -> dict[str, str]:
         return {}
