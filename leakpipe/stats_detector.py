@@ -11,7 +11,10 @@ statistics' names), the threshold chosen on the val recordings, the Platt calibr
 there, the signal checks of ``build.quality``, the headline figures and (kind version 2 on) the
 share of the recordings the net was fitted on on which each of its statistics was missing
 (``missing_share``: the domain check's ``decision.stats_domain``; a file without it loads with
-None, and its check keeps the older rule, any missing statistic ``shifted``).
+None, and its check keeps the older rule, any missing statistic ``shifted``), and (kind
+version 3 on) the domain distances of those recordings, each site's measured against the
+means and scales of the other sites (``val_distances``: the set domain check's reference,
+``set_reference``; a file without it has none, and a set of recordings is not checked).
 
 ``score_file`` measures one recording as `build` did (decoded block by block at its own rate,
 the signal checks on every channel): a recording that fails a check of ``quality.reject``
@@ -43,6 +46,7 @@ from leakpipe.audio.quality import SignalStats, find_issues, truncation
 from leakpipe.config import QualityConfig, RecordingStatsConfig, from_mapping
 from leakpipe.decision.calibration import Calibration
 from leakpipe.decision.domain import DomainCheck, DomainReference
+from leakpipe.decision.domain_set import ValDistances
 from leakpipe.decision.stacking import Stacker, clip_logit, logit
 from leakpipe.decision.stats_domain import assess_stats
 from leakpipe.decision.voting import file_scores
@@ -57,7 +61,8 @@ KIND = "logger_stats"
 FUSED_KIND = "fused"
 FORMAT = "leakpipe.detector"     # one detector format for every kind (leakpipe.detector)
 FILE_VERSION = 8                 # leakpipe.detector.KINDED_VERSION: a file with a kind
-VERSION = 2                      # of the logger_stats kind's fields (2: missing_share)
+VERSION = 3                      # of the logger_stats kind's fields (2: missing_share,
+#                                  3: val_distances)
 FUSED_VERSION = 1                # of the fused kind's fields
 FUSED_PARTS = ("cnn", KIND)      # the stacker's inputs, in its weights' order
 
@@ -75,6 +80,10 @@ class StatsDetector:
     # (S,) share of the recordings the net was fitted on on which each of its statistics
     # (``net.names`` order) was missing; None: a file written before it was kept
     missing_share: np.ndarray | None = None
+    # (V,) the domain distances of the recordings the net was fitted on, each site's against
+    # the other sites' means and scales (what a set of new sites is compared with); None: an
+    # older file
+    val_distances: np.ndarray | None = None
     kind: str = KIND
 
     def leak_prob(self, score: float) -> float:
@@ -116,10 +125,12 @@ class StatsDetector:
         return dict(zip(self.net.names, values.tolist(), strict=True))
 
     @property
-    def set_reference(self) -> DomainReference | None:
-        """What the set domain check compares a set's distances with: None, the statistics'
-        check keeps no val recordings' distances (so a set of them is not checked)."""
-        return None
+    def set_reference(self) -> ValDistances | None:
+        """What the set domain check compares a set's distances with: the fitted recordings'
+        held-out distances (``val_distances``); None for a file without them."""
+        if self.val_distances is None or not self.val_distances.size:
+            return None
+        return ValDistances(np.sort(np.asarray(self.val_distances, np.float64)))
 
     def domain(self, stats: np.ndarray) -> DomainCheck:
         """One recording's (S_all,) statistics -> the domain check of those the net reads
@@ -202,6 +213,8 @@ def stats_detector_dict(detector: StatsDetector) -> dict[str, Any]:
     }
     if detector.missing_share is not None:
         out["missing_share"] = [float(v) for v in detector.missing_share]
+    if detector.val_distances is not None:
+        out["val_distances"] = [float(v) for v in detector.val_distances]
     return out
 
 
@@ -256,7 +269,8 @@ def stats_detector_from(raw: dict[str, Any], path: Path) -> StatsDetector:
             calibration=Calibration.from_dict(raw["calibration"]),
             metrics={k: float(v) for k, v in current_names(raw["metrics"]).items()},
             quality=from_mapping(QualityConfig, raw["quality"], "quality", str(path)),
-            missing_share=_missing_share(raw.get("missing_share"), len(names), path))
+            missing_share=_missing_share(raw.get("missing_share"), len(names), path),
+            val_distances=_val_distances(raw.get("val_distances"), path))
     except LeakpipeError:
         raise
     except (KeyError, TypeError, ValueError, RuntimeError) as exc:
@@ -311,6 +325,16 @@ def _missing_share(raw: Any, n: int, path: Path) -> np.ndarray | None:
         raise DataError(f"{path}: missing_share must be {n} shares in [0, 1] (one per "
                         "statistic the detector reads)")
     return share
+
+
+def _val_distances(raw: Any, path: Path) -> np.ndarray | None:
+    """A file's ``val_distances`` (None when it has none: written before the field)."""
+    if raw is None:
+        return None
+    d = np.asarray(raw, dtype=np.float64)
+    if d.ndim != 1 or not np.all(np.isfinite(d) & (d >= 0.0)):
+        raise DataError(f"{path}: val_distances must be a list of finite distances >= 0")
+    return d
 
 
 def _plain(value: Any) -> Any:

@@ -121,6 +121,9 @@ def test_ship_fits_a_logger_stats_detector_that_loads_and_decides(
     raw = torch.load(out / "shipped.pt", weights_only=True)
     assert raw["kind"] == KIND
     detector = stats_detector_from(raw, out / "shipped.pt")
+    # the set domain check's reference: every fitted (train + val) recording's held-out D
+    assert detector.set_reference is not None
+    assert detector.set_reference.val_distances.size == 24
     rng = np.random.default_rng(9)
     leak = recording_stats(_recording(rng, True), RATE, SPEC)
     quiet = recording_stats(_recording(rng, False), RATE, SPEC)

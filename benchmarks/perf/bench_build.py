@@ -162,9 +162,18 @@ def child(kind: str, path: Path, params: Path, limits: dict[str, float]) -> dict
         clips = len(result.mel)
     else:
         from leakpipe.allocator import retain_freed_memory
-        from leakpipe.predict import predict  # it loads predict_inputs (a --baseline: prepare)
+        try:                                   # the package (a --baseline may be older)
+            from leakpipe.predict.clips import predict
+            from leakpipe.predict.inputs import prepare
+            from leakpipe.predict.rules import scoring_rules
+        except ImportError:                    # the one-module predict of an older checkout
+            from leakpipe.predict import (
+                predict,  # type: ignore[no-redef]
+                scoring_rules,  # type: ignore[no-redef]
+            )
+            prepare = sys.modules.get("leakpipe.predict_inputs",
+                                      inspect.getmodule(predict)).prepare
         from leakpipe.runtime import make_runtime
-        prepare = sys.modules.get("leakpipe.predict.inputs", inspect.getmodule(predict)).prepare
         retain_freed_memory()  # as `leakpipe predict` does: freed buffers stay for reuse
         detector = _random_detector(cfg.features, params, limits)
         imports = _rss_mib()
@@ -177,8 +186,6 @@ def child(kind: str, path: Path, params: Path, limits: dict[str, float]) -> dict
                      else [prepare(path, detector, cfg.min_clip_fraction)])    # all at once
             clips = sum(len(part.mel) for part in parts)
         else:
-            from leakpipe.predict import scoring_rules  # predict_rules' (a --baseline: its own)
-
             out = path.with_suffix(".csv")
             predict([path], detector, out, runtime=make_runtime("cpu", "auto"),
                     rules=scoring_rules(detector, params), progress=False)

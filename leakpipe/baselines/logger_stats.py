@@ -39,6 +39,7 @@ from leakpipe.config import DecisionConfig, EvaluateConfig, LoggerStatsConfig
 from leakpipe.data.reader import open_split
 from leakpipe.data.splits import assign_splits
 from leakpipe.decision.select import OperatingPoint
+from leakpipe.decision.stats_domain import stats_distances
 from leakpipe.errors import DataError
 from leakpipe.evaluate.figures import ranking_metrics
 from leakpipe.features.recording_stats import is_gain_free
@@ -109,6 +110,22 @@ def standardiser(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     mean = np.where(n > 0, np.nansum(x, axis=0) / np.maximum(n, 1), 0.0)
     var = np.where(n > 0, np.nansum((x - mean) ** 2, axis=0) / np.maximum(n, 1), 1.0)
     return mean, np.maximum(np.sqrt(var), MIN_SCALE)
+
+
+def held_out_distances(x: np.ndarray, groups: np.ndarray) -> np.ndarray:
+    """(R, S) statistics of the recordings a net is fitted on and their (R,) sites -> (R,)
+    domain distances D (``decision.stats_domain.stats_distances``), each site's recordings
+    against the means and scales of the other sites: how far a new site's recordings lie,
+    the set domain check's reference (a net's own means would put its recordings closer than
+    any new site's)."""
+    out = np.full(len(x), np.nan)
+    for site in np.unique(groups):
+        held = groups == site
+        if held.all():                      # one site: no other to measure it against
+            break
+        mean, scale = standardiser(x[~held])
+        out[held] = stats_distances(mean, scale, x[held])
+    return out
 
 
 def fit_net(x: np.ndarray, truth: np.ndarray, c: float, names: Sequence[str]) -> LoggerStatsNet:
@@ -236,5 +253,5 @@ def _select_on_val(train: RecordingTable, val: RecordingTable, used: np.ndarray,
 
 
 __all__ = ["LoggerStatsNet", "RecordingTable", "StatsFit", "columns", "fit_and_select",
-           "fit_net", "inner_folds", "leak_probability", "out_of_fold", "read_recordings",
-           "recording_means"]
+           "fit_net", "held_out_distances", "inner_folds", "leak_probability", "out_of_fold",
+           "read_recordings", "recording_means"]

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 from scipy.stats import mannwhitneyu
@@ -63,7 +63,23 @@ def _finite(value: float) -> float | None:
     return float(value) if math.isfinite(value) else None
 
 
-def set_check(ref: DomainReference | None, set_distances: np.ndarray,
+class SetReference(Protocol):
+    """What the set check compares a set with: the distances D of recordings at sites the
+    reference's statistics never saw (a CNN's ``DomainReference``: val's; a logger_stats
+    detector's ``ValDistances``: its fitted recordings', each site's from the others')."""
+
+    @property
+    def val_distances(self) -> np.ndarray: ...
+
+
+@dataclass(frozen=True)
+class ValDistances:
+    """A ``SetReference`` of distances alone."""
+
+    val_distances: np.ndarray        # (V,) sorted D
+
+
+def set_check(ref: SetReference | DomainReference | None, set_distances: np.ndarray,
               alpha: float = SET_ALPHA) -> SetCheck:
     """Are the recordings with D ``set_distances`` (NaN = unknown, dropped), taken together,
     farther from the training recordings than the val recordings are? One-sided Mann-Whitney U
@@ -91,4 +107,5 @@ def min_set_size(n_val: int, alpha: float = SET_ALPHA) -> int:
     return n
 
 
-__all__ = ["SET_ALPHA", "SetCheck", "min_set_size", "set_check"]
+__all__ = ["SET_ALPHA", "SetCheck", "SetReference", "ValDistances", "min_set_size",
+           "set_check"]

@@ -23,8 +23,8 @@ a band training never lacked (a 4096 Hz logger also lacking the 2 kHz band) is o
 without the shares (``missing_share`` None: a file written before them) keeps the stricter
 rule: any missing statistic is ``shifted``.
 
-Unlike the CNN's check, the limit is fixed rather than set on val (a detector file of this kind
-keeps no val distances): ``Z_LIMIT`` = 6 standard deviations, beyond which at most 1 / 36 of
+Unlike the CNN's check, the limit is fixed rather than set on val (the recordings the net was
+fitted on are train and val pooled, so no split is left to set it on): ``Z_LIMIT`` = 6 standard deviations, beyond which at most 1 / 36 of
 any distribution lies (Chebyshev), about 2e-9 of a normal one. The share of val and test
 recordings it flags is reported with the shipped detector's model card, so whether it flags
 new sites of the training network too often is measured, not assumed.

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from leakpipe.decision.domain import DomainReference
+from leakpipe.decision.domain_set import SetReference
 from leakpipe.runtime import Runtime
 
 
@@ -31,7 +31,7 @@ class LoadedDetector(Protocol):
         ...
 
     @property
-    def set_reference(self) -> DomainReference | None:
+    def set_reference(self) -> SetReference | None:
         """The val recordings' domain distances a set of recordings is compared with (the set
         domain check); None when the kind keeps none."""
         ...

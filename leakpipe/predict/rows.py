@@ -50,8 +50,8 @@ from typing import Any
 
 import numpy as np
 
-from leakpipe.decision.domain import IN, SHIFTED, DomainReference, assess
-from leakpipe.decision.domain_set import SetCheck, set_check
+from leakpipe.decision.domain import IN, SHIFTED, assess
+from leakpipe.decision.domain_set import SetCheck, SetReference, set_check
 from leakpipe.decision.verdict import (
     DECIMALS,
     call_fields,
@@ -205,7 +205,7 @@ def earlier_distances(out: Path) -> dict[str, float]:
         return {}
 
 
-def check_recording_set(out: Path, reference: DomainReference | None,
+def check_recording_set(out: Path, reference: SetReference | None,
                         distances: dict[str, float],
                         columns: Sequence[str]) -> tuple[SetCheck, list[dict[str, str]]]:
     """The set domain check of the recordings of the CSV ``out`` (path -> distance, NaN when

@@ -16,7 +16,8 @@ the statistics' domain check (``decision.stats_domain``, as the served detector 
 notes then say why and what to do; UNUSABLE without a call).
 
 After the rows, the recordings are checked as a set where the detector keeps a set reference
-(``set_reference``: a fused detector's CNN part; a logger_stats detector has none, and predict
+(``set_reference``: a logger_stats detector's held-out distances of the recordings it was
+fitted on, a fused detector's CNN part's val distances; an older file has none, and predict
 says so), and a shifted set's calls read UNCERTAIN (``predict.rows.check_recording_set``).
 
 The output contract is predict's (``predict.target``): the recordings and ``--out`` checked
@@ -40,7 +41,7 @@ from tqdm import tqdm
 
 from leakpipe.audio.clips import AudioError
 from leakpipe.audio.opening import open_audio, unread_format
-from leakpipe.decision.domain import DomainReference
+from leakpipe.decision.domain_set import SetReference
 from leakpipe.decision.verdict import (
     LEAK,
     UNCERTAIN,
@@ -84,7 +85,7 @@ class RecordingDetector(Protocol):
     def prob_threshold(self) -> float: ...
 
     @property
-    def set_reference(self) -> DomainReference | None: ...
+    def set_reference(self) -> SetReference | None: ...
 
 
 def stamp_of(model: str, file: Path, detector: RecordingDetector) -> DetectorStamp:
@@ -143,6 +144,7 @@ def measured_fields(source: Any, detector: StatsDetector) -> tuple[dict[str, Any
                           detector.prob_threshold),
             "top_statistic": top_statistic(detector.contributions(measured.stats)),
             **stats_domain_fields(detector, measured.stats),
+            SET_DISTANCE: detector.domain(measured.stats).distance,   # the set check's D
             "notes": "; ".join(measured.flags)}, measured
 
 

@@ -18,8 +18,8 @@ import pandas as pd
 
 from leakpipe.audio.clips import AudioError
 from leakpipe.audio.opening import AudioSource, waveform_source
-from leakpipe.decision.domain import SHIFTED, DomainReference
-from leakpipe.decision.domain_set import min_set_size, set_check
+from leakpipe.decision.domain import SHIFTED
+from leakpipe.decision.domain_set import SetReference, min_set_size, set_check
 from leakpipe.decision.verdict import with_set_verdict
 from leakpipe.predict.rows import COLUMNS, SET_DISTANCE, TIMELINE, Failed
 from leakpipe.predict.stats import COLUMNS as RECORDING_COLUMNS
@@ -105,7 +105,7 @@ def served_row(row: dict[str, Any], name: str) -> dict[str, Any]:
 
 
 def with_request_set(rows: list[dict[str, Any]],
-                     reference: DomainReference | None) -> list[dict[str, Any]]:
+                     reference: SetReference | None) -> list[dict[str, Any]]:
     """A request's rows under the set domain check of its recordings, as predict checks a
     folder: each row's ``SET_DISTANCE`` (taken off) against ``reference``'s val distances; a
     shifted set makes every call UNCERTAIN (``with_set_verdict``). Checked only with enough

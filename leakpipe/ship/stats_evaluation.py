@@ -27,6 +27,7 @@ import numpy as np
 from leakpipe.baselines.logger_stats import (
     RecordingTable,
     fit_and_select,
+    held_out_distances,
     leak_probability,
     read_recordings,
 )
@@ -87,6 +88,9 @@ def evaluate_stats_detector(paths: Mapping[str, Path], baselines: BaselinesConfi
                              missing_share=fitted_missing_share(
                                  tables[TRAIN], tables[VAL], fit.used,
                                  baselines.logger_stats.inner_folds),
+                             val_distances=fitted_distances(
+                                 tables[TRAIN], tables[VAL], fit.used,
+                                 baselines.logger_stats.inner_folds),
                              metrics={k: v for k, v in metrics.items()
                                       if k.startswith(("test/recording_", "eval/"))})
     log.info("logger_stats detector: C %g, threshold %g (inner CV); test recording ROC-AUC %.3f, "
@@ -102,6 +106,18 @@ def fitted_missing_share(train: RecordingTable, val: RecordingTable, used: np.nd
     pooled; train alone when ``inner_folds`` is 1) on which each used statistic is missing."""
     fitted = [train] if inner_folds == 1 else [train, val]
     return missing_shares(np.concatenate([t.stats[:, used] for t in fitted]))
+
+
+def fitted_distances(train: RecordingTable, val: RecordingTable, used: np.ndarray,
+                     inner_folds: int) -> np.ndarray:
+    """(V,) the held-out domain distances of the recordings the net was fitted on (as
+    ``fitted_missing_share`` takes them), each site's against the other sites: the set domain
+    check's reference (``StatsDetector.val_distances``); a recording with no statistic present
+    has none."""
+    fitted = [train] if inner_folds == 1 else [train, val]
+    d = held_out_distances(np.concatenate([t.stats[:, used] for t in fitted]),
+                           np.concatenate([np.asarray(t.group).astype(str) for t in fitted]))
+    return np.sort(d[np.isfinite(d)])
 
 
 def split_report(name: str, table: RecordingTable, scores: np.ndarray, threshold: float,
@@ -127,4 +143,5 @@ def split_report(name: str, table: RecordingTable, scores: np.ndarray, threshold
     return figures, rows
 
 
-__all__ = ["StatsEvaluation", "evaluate_stats_detector", "fitted_missing_share", "split_report"]
+__all__ = ["StatsEvaluation", "evaluate_stats_detector", "fitted_distances", "fitted_missing_share",
+           "split_report"]

@@ -120,7 +120,7 @@ class FusedKind:
         from leakpipe.config import load_section
         from leakpipe.detectors.registry import load_any_detector
         from leakpipe.evaluate.fused_card import FusedCardInputs, fused_model_card
-        from leakpipe.ship.registration import stats_shares, conditions_section
+        from leakpipe.ship.registration import conditions_section, stats_shares
 
         detector = load_any_detector(shipped.file)
         ev = load_section(shipped.params, "evaluate")

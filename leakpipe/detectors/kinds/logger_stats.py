@@ -106,7 +106,7 @@ class LoggerStatsKind:
         from leakpipe.config import load_section
         from leakpipe.detectors.registry import load_any_detector
         from leakpipe.evaluate.stats_card import StatsCardInputs, stats_model_card
-        from leakpipe.ship.registration import stats_shares, conditions_section
+        from leakpipe.ship.registration import conditions_section, stats_shares
 
         detector = load_any_detector(shipped.file)
         ev = load_section(shipped.params, "evaluate")
