@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from leakpipe.ship.registration import Shipped, plain_card, conditions_section
+from leakpipe.ship.registration import Shipped, conditions_section, plain_card
 from tests.conftest import PARAMS
 
 

@@ -24,10 +24,11 @@ without the shares (``missing_share`` None: a file written before them) keeps th
 rule: any missing statistic is ``shifted``.
 
 Unlike the CNN's check, the limit is fixed rather than set on val (the recordings the net was
-fitted on are train and val pooled, so no split is left to set it on): ``Z_LIMIT`` = 6 standard deviations, beyond which at most 1 / 36 of
-any distribution lies (Chebyshev), about 2e-9 of a normal one. The share of val and test
-recordings it flags is reported with the shipped detector's model card, so whether it flags
-new sites of the training network too often is measured, not assumed.
+fitted on are train and val pooled, so no split is left to set it on): ``Z_LIMIT`` = 6 standard
+deviations, beyond which at most 1 / 36 of any distribution lies (Chebyshev), about 2e-9 of a
+normal one. The share of val and test recordings it flags is reported with the shipped
+detector's model card, so whether it flags new sites of the training network too often is
+measured, not assumed.
 """
 
 from __future__ import annotations
