@@ -183,15 +183,36 @@ def test_predict_gives_the_statistics_domain_check_and_the_verdict(
     assert "1 UNCERTAIN" in capsys.readouterr().out        # the summary line counts them
 
 
-def test_predict_says_a_logger_stats_detector_has_no_set_check(
+def test_predict_checks_a_shipped_logger_stats_detectors_set(
         shipped: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """ship keeps the set reference (tests/test_stats_set_check.py: how it is made, and a
+    shifted set); recordings like the training ones are in, and no call changes."""
     _wavs(tmp_path / "recs")
     out = tmp_path / "pred.csv"
     capsys.readouterr()
     assert main(["predict", str(tmp_path / "recs"), "--model", str(shipped), "--out", str(out),
                  "--no-progress"]) == 0
     printed = capsys.readouterr().out
+    assert printed.startswith("predict: set domain check: in (median D ")
+    assert json.loads((tmp_path / "pred_domain.json").read_text())["set"]["domain"] == "in"
+    assert not [r for r in _rows(out).values() if "UNCERTAIN as a set" in r["notes"]]
+
+
+def test_predict_says_an_older_logger_stats_file_has_no_set_check(
+        shipped: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import dataclasses
+
+    from leakpipe.stats_detector import save_stats_detector
+
+    older = tmp_path / "older.pt"
+    save_stats_detector(older, dataclasses.replace(load_any_detector(shipped),
+                                                   val_distances=None))
+    _wavs(tmp_path / "recs")
+    out = tmp_path / "pred.csv"
+    capsys.readouterr()
+    assert main(["predict", str(tmp_path / "recs"), "--model", str(older), "--out", str(out),
+                 "--no-progress"]) == 0
+    printed = capsys.readouterr().out
     assert printed.startswith("predict: set domain check: none (a logger_stats detector keeps "
                               "no val distances")
     assert json.loads((tmp_path / "pred_domain.json").read_text())["set"]["domain"] == "unknown"
-    assert not [r for r in _rows(out).values() if "UNCERTAIN as a set" in r["notes"]]

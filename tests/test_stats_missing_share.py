@@ -81,7 +81,7 @@ def test_the_shares_round_trip_and_an_older_file_keeps_the_older_rule(
     half = _stats(np.random.default_rng(8), True, HALF)
     assert back.domain(half).domain == "in"
     raw = torch.load(path, weights_only=True)
-    assert raw["kind_version"] == 2
+    assert raw["kind_version"] == 3
     del raw["missing_share"]                           # as a file written before the field
     raw["kind_version"] = 1
     torch.save(raw, tmp_path / "old.pt")

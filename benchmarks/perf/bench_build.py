@@ -2,21 +2,21 @@
 the peak memory of one long recording in build's per-recording path and in predict.
 
 Imports happen before timing; the 2-worker figure includes starting the helper process (it
-imports numpy / scipy once while the build process already computes). The naive baseline is
-what a first script does: per recording, load, resample, then an STFT frame and its mel in
-Python for every segment. The naive loop and both builds process the same recordings in one
-invocation, so the ratios are comparable on a shared, noisy machine (the load average at the
-start and end is recorded). Before them, a cProfile of `build` (1 and 2 workers,
-``--profile-recordings``) lists where the time goes, also for ``--baseline DIR``.
+imports numpy / scipy once while the build process already computes). The naive baseline is what
+a first script does: per recording, load, resample, an STFT frame and its mel in Python per
+segment. The naive loop and both builds process the same recordings in one invocation, so the
+ratios are comparable on a noisy machine (the load average at start and end is kept). Before
+them, a cProfile of `build` (1 and 2 workers, ``--profile-recordings``) lists where the time
+goes, also for ``--baseline DIR``.
 
-Long recordings (``--part long``): 48 kHz stereo int16 WAVs of ``--long-minutes`` minutes (2 h
-= 1.4 GB) are generated in a temporary folder; each is processed in a fresh subprocess, which
+Long recordings (``--part long``): 48 kHz stereo int16 WAVs of ``--long-minutes`` minutes (2 h =
+1.4 GB) are generated in a temporary folder; each is processed in a fresh subprocess, which
 reports its peak RSS (VmHWM: the whole process, imports included) and its peak RSS after the
 imports, for ``build`` (``process_recording``: read, signal checks, 2 clips, features),
 ``predict_prepare`` (``prepare``: every clip's features, part by part, as `leakpipe predict`
 walks a file) and ``predict`` (the whole command path with a random-weight detector of the
-params' model: prepare, scoring, the CSV row). ``--baseline DIR`` measures an older leakpipe
-the same way (``git archive <commit> leakpipe | tar -x -C DIR``), for a before / after.
+params' model: prepare, scoring, the CSV row). ``--baseline DIR`` measures an older leakpipe the
+same way (``git archive <commit> leakpipe | tar -x -C DIR``), for a before / after.
 
     python benchmarks/perf/bench_build.py --part throughput [--recordings 2000] [--baseline DIR]
     python benchmarks/perf/bench_build.py --part long [--long-minutes 10 60 120] [--baseline DIR]
@@ -137,9 +137,8 @@ def _random_detector(features: object, params: Path, limits: dict[str, float]) -
 
 
 def batch_limits(params: Path) -> dict[str, float]:
-    """What ``leakpipe.predict.rules.scoring_rules`` takes from params for a detector without
-    its own rules (read here, so that a child running an older leakpipe need not parse today's
-    `evaluate` and `preload` sections)."""
+    """What ``predict.rules.scoring_rules`` takes from params for a detector without its rules
+    (read here: a child running an older leakpipe need not parse today's sections)."""
     evaluate, preload = load_section(params, "evaluate"), load_section(params, "preload")
     return {"max_segments": evaluate.max_batch_segments,
             "cpu_max_segments": evaluate.cpu_max_batch_segments, "safety": preload.safety,
@@ -161,18 +160,10 @@ def child(kind: str, path: Path, params: Path, limits: dict[str, float]) -> dict
         assert result.error is None, result.error
         clips = len(result.mel)
     else:
+        from predict_api import predict_functions  # today's, or a --baseline's older ones
+
         from leakpipe.allocator import retain_freed_memory
-        try:                                   # the package (a --baseline may be older)
-            from leakpipe.predict.clips import predict
-            from leakpipe.predict.inputs import prepare
-            from leakpipe.predict.rules import scoring_rules
-        except ImportError:                    # the one-module predict of an older checkout
-            from leakpipe.predict import (
-                predict,  # type: ignore[no-redef]
-                scoring_rules,  # type: ignore[no-redef]
-            )
-            prepare = sys.modules.get("leakpipe.predict_inputs",
-                                      inspect.getmodule(predict)).prepare
+        predict, scoring_rules, prepare = predict_functions()
         from leakpipe.runtime import make_runtime
         retain_freed_memory()  # as `leakpipe predict` does: freed buffers stay for reuse
         detector = _random_detector(cfg.features, params, limits)
