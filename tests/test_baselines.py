@@ -265,7 +265,8 @@ def test_stage_writes_the_comparison_and_one_mlflow_run_per_model(project: Path)
 
     plot = json.loads((project / "plots" / "baselines" / "comparison.json").read_text())
     assert [row["model"] for row in plot] == ["cnn", "random_forest", "svm", "xgboost",
-                                              "level_logreg", "logger_stats"]
+                                              "level_logreg", "logger_stats", "min_level",
+                                              "band_min_level"]
     stats = out["logger_stats"]
     assert stats["hyperparams"]["C"] in (0.01, 0.1, 1.0)
     for key in ("recording_roc_auc", "recording_f1", "clip_roc_auc", "clip_f1_ci_low"):
@@ -276,7 +277,12 @@ def test_stage_writes_the_comparison_and_one_mlflow_run_per_model(project: Path)
                               filter_string=f"tags.`{tracking.TAG_STAGE}` = 'baselines'")
     children = {r.data.tags.get("leakpipe.baseline"): r for r in runs
                 if "mlflow.parentRunId" in r.data.tags}
-    assert set(children) == {"random_forest", "svm", "xgboost", "level_logreg", "logger_stats"}
+    assert set(children) == {"random_forest", "svm", "xgboost", "level_logreg", "logger_stats",
+                             "min_level", "band_min_level"}
+    # the logger's rules: nothing fitted but the threshold, read from the quiet moments
+    assert out["min_level"]["hyperparams"] == {"statistic": "level_p10", "percentile": 10.0}
+    assert out["band_min_level"]["hyperparams"]["statistic"].startswith("band")
+    assert "recording_roc_auc" in out["min_level"]["test"]
     svm = children["svm"]
     assert svm.data.metrics["test/clip_f1"] == pytest.approx(out["svm"]["test"]["clip_f1"])
     table = mlflow.artifacts.load_dict(f"{svm.info.artifact_uri}/baselines/svm/summary.json")
@@ -284,7 +290,7 @@ def test_stage_writes_the_comparison_and_one_mlflow_run_per_model(project: Path)
     assert "eval/threshold" not in svm.data.metrics              # a chart: headline ones only
     assert rows["eval/threshold"] == pytest.approx(out["svm"]["eval"]["threshold"])
     assert svm.info.run_name == "baselines-svm"
-    assert len(runs) == 6                                        # the parent and 5 children
+    assert len(runs) == 8                                        # the parent and 7 children
 
 
 @pytest.mark.parametrize(("break_input", "message"), [

@@ -42,7 +42,8 @@ from tests.helpers_h5 import write_splits
 REPO = Path(__file__).resolve().parents[1]
 PARAMS = REPO / "params.yaml"
 RATE = 4096
-METHODS = ("cnn", "logger_stats", "fused", "random_forest", "svm", "xgboost", "level_logreg")
+METHODS = ("cnn", "logger_stats", "fused", "min_level", "band_min_level", "random_forest", "svm",
+           "xgboost", "level_logreg")
 
 torch_thread = pytest.fixture(one_torch_thread)
 logging_restored = pytest.fixture(restore_logging)

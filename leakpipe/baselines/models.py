@@ -31,7 +31,8 @@ from leakpipe.config import BaselinesConfig
 MODEL_NAMES: tuple[str, ...] = ("random_forest", "svm", "xgboost", "level_logreg")
 MFCC, LEVEL, STATS = "mfcc", "level", "stats"
 FEATURE_SET = {"random_forest": MFCC, "svm": MFCC, "xgboost": MFCC, "level_logreg": LEVEL,
-               "logger_stats": STATS}   # logger_stats: leakpipe.baselines.logger_stats
+               "logger_stats": STATS,   # logger_stats: leakpipe.baselines.logger_stats
+               "min_level": STATS, "band_min_level": STATS}   # the rules: baselines.rules
 CALIBRATION_FOLDS = 5
 LEAK = 1  # the positive label of the binary task
 

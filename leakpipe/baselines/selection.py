@@ -7,7 +7,9 @@ segment, whose ``mean`` rule is the score itself), and the combination with the 
 value wins (ties: the higher val ROC-AUC, then the first in grid order). The winner is applied
 unchanged to test: evaluate's file-level figures and its bootstrap over test recordings (same
 seed and resamples, so every model and the CNN are judged on the same recording draws).
-``logger_stats`` is chosen by grouped inner CV instead (``evaluate_stats_model``).
+``logger_stats`` is chosen by grouped inner CV instead (``evaluate_stats_model``); the logger's
+rules (``min_level``, ``band_min_level``: ``leakpipe.baselines.rules``) fit nothing but their
+threshold, on train + val (``evaluate_rule``).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from leakpipe.baselines.models import FEATURE_SET, MFCC, hyper_grid, leak_scores
 from leakpipe.baselines.operating_point import choose_on_val
 from leakpipe.baselines.recording_figures import recording_figures
 from leakpipe.config import BaselinesConfig, DecisionConfig, EvaluateConfig
+from leakpipe.config.crossval import RULE_METHODS
 from leakpipe.decision.select import OperatingPoint
 from leakpipe.decision.voting import decide
 from leakpipe.evaluate.bootstrap import bootstrap_intervals
@@ -34,6 +37,7 @@ log = logging.getLogger(__name__)
 
 TRAIN, VAL, TEST = "train", "val", "test"
 STATS_MODEL = "logger_stats"
+RULE_MODELS = RULE_METHODS          # the logger's rules (leakpipe.baselines.rules)
 
 
 @dataclass(frozen=True)
@@ -103,22 +107,45 @@ def evaluate_stats_model(splits: Mapping[str, ClipFeatures], cfg: BaselinesConfi
 
     tables = {name: ls.read_recordings(splits[name].path) for name in (TRAIN, VAL, TEST)}
     fit = ls.fit_and_select(tables[TRAIN], tables[VAL], cfg.logger_stats, ev, decision)
-    point = fit.point
+    scores = {VAL: fit.val_scores,
+              TEST: ls.leak_probability(fit.net, tables[TEST].stats[:, fit.used])}   # (R,)
+    return _per_recording(STATS_MODEL, {"C": fit.c, "forms": cfg.logger_stats.forms},
+                          fit.point, fit.grid, tables, scores, splits, ev)
+
+
+def evaluate_rule(name: str, splits: Mapping[str, ClipFeatures], cfg: BaselinesConfig,
+                  ev: EvaluateConfig, decision: DecisionConfig) -> ModelResult:
+    """A logger's rule (``baselines.rules``): its statistic (the band from train) and its
+    threshold from the train and val recordings pooled, nothing else fitted; decided per
+    recording as logger_stats is, each clip carrying its recording's score."""
+    from leakpipe.baselines import logger_stats as ls
+    from leakpipe.baselines.rules import fit_rule
+
+    tables = {split: ls.read_recordings(splits[split].path) for split in (TRAIN, VAL, TEST)}
+    fit = fit_rule(name, tables[TRAIN], tables[VAL], cfg.rules.percentile, ev, decision)
+    hyper = {"statistic": fit.statistic, "percentile": cfg.rules.percentile}
+    return _per_recording(name, hyper, fit.point, [{**hyper, "threshold": fit.point.threshold}],
+                          tables, {s: fit.scores(tables[s]) for s in (VAL, TEST)}, splits, ev)
+
+
+def _per_recording(name: str, hyper: dict[str, Any], point: OperatingPoint,
+                   rows: list[dict[str, Any]], tables: Mapping[str, Any],
+                   scores: Mapping[str, np.ndarray], splits: Mapping[str, ClipFeatures],
+                   ev: EvaluateConfig) -> ModelResult:
+    """A model of one score per recording: its recording figures on val and test, and its
+    clip figures with each clip carrying its recording's score."""
     metrics = {"eval/threshold": point.threshold, "eval/criterion_value": point.value,
                "eval/target_met": float(point.met)}
     for split_name, bootstrap in ((VAL, False), (TEST, True)):
         table, split = tables[split_name], splits[split_name]
-        scores = (fit.val_scores if split_name == VAL                         # (R,)
-                  else ls.leak_probability(fit.net, table.stats[:, fit.used]))
-        decided = decide(scores, point.threshold)[0]
-        metrics.update(recording_figures(split_name, table.truth, decided, scores,
+        decided = decide(scores[split_name], point.threshold)[0]
+        metrics.update(recording_figures(split_name, table.truth, decided, scores[split_name],
                                          table.group))
-        clip = scores[table.clip_recording]                                   # (F,)
+        clip = scores[split_name][table.clip_recording]                       # (F,)
         decision_clip = decide(clip, point.threshold)[0]
         metrics.update(split_figures(split_name, split, clip, decision_clip, ev,
                                      bootstrap=bootstrap))
-    return ModelResult(STATS_MODEL, {"C": fit.c, "forms": cfg.logger_stats.forms}, point,
-                       metrics, fit.grid, np.asarray(decision_clip, dtype=bool))
+    return ModelResult(name, hyper, point, metrics, rows, np.asarray(decision_clip, dtype=bool))
 
 
 def evaluate_model(name: str, splits: Mapping[str, ClipFeatures], cfg: BaselinesConfig,
@@ -126,6 +153,8 @@ def evaluate_model(name: str, splits: Mapping[str, ClipFeatures], cfg: Baselines
     """Select on val, then apply the chosen model and threshold unchanged to test."""
     if name == STATS_MODEL:
         return evaluate_stats_model(splits, cfg, ev, decision)
+    if name in RULE_MODELS:
+        return evaluate_rule(name, splits, cfg, ev, decision)
     model, hyper, point, rows = fit_and_select(name, splits[TRAIN], splits[VAL], cfg, ev,
                                                decision)
     metrics = {"eval/threshold": point.threshold, "eval/criterion_value": point.value,

@@ -51,6 +51,7 @@ from leakpipe.config.evaluation import (
     LogregGrid,
     PromoteConfig,
     RandomForestGrid,
+    RulesConfig,
     SvmGrid,
     XgboostGrid,
 )
@@ -119,6 +120,7 @@ __all__ = [
     "LogregGrid",
     "PromoteConfig",
     "RandomForestGrid",
+    "RulesConfig",
     "SvmGrid",
     "XgboostGrid",
     # tuning

@@ -16,8 +16,9 @@ __all__ = ["CV_METHODS", "CrossvalConfig"]
 CNN_METHOD = "cnn"
 STATS_METHOD = "logger_stats"
 FUSED_METHOD = "fused"
-CV_METHODS: tuple[str, ...] = (CNN_METHOD, STATS_METHOD, FUSED_METHOD, "random_forest", "svm",
-                               "xgboost", "level_logreg")
+RULE_METHODS = ("min_level", "band_min_level")   # the logger's rules (baselines.rules)
+CV_METHODS: tuple[str, ...] = (CNN_METHOD, STATS_METHOD, FUSED_METHOD, *RULE_METHODS,
+                               "random_forest", "svm", "xgboost", "level_logreg")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -27,8 +28,8 @@ class CrossvalConfig:
     folds: int = num(ge=2)
     val_fraction: float = num(gt=0, lt=1)  # share of a fold's training groups held out as val
     seed: int = num(ge=0)
-    methods: tuple[Literal["cnn", "logger_stats", "fused", "random_forest", "svm", "xgboost",
-                           "level_logreg"], ...]
+    methods: tuple[Literal["cnn", "logger_stats", "fused", "min_level", "band_min_level",
+                           "random_forest", "svm", "xgboost", "level_logreg"], ...]
     epochs: int = num(ge=1)                 # CNN epochs per fold (train.epochs is the stage's)
     train_fraction: float = num(gt=0, le=1)  # share of the shuffled training batches per epoch
     bootstrap_resamples: int = num(ge=1)    # site resamples of the pooled intervals

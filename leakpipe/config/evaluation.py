@@ -12,8 +12,8 @@ from typing import Any, Literal
 from leakpipe.config.fields import num
 
 __all__ = ["DETECTOR_KINDS", "BaselinesConfig", "DetectorConfig", "EvaluateConfig",
-           "LogregGrid", "LoggerStatsConfig", "PromoteConfig", "RandomForestGrid", "SvmGrid",
-           "XgboostGrid"]
+           "LogregGrid", "LoggerStatsConfig", "PromoteConfig", "RandomForestGrid", "RulesConfig",
+           "SvmGrid", "XgboostGrid"]
 
 # The methods a detector file can be, simplest first (the order ties go by in selection):
 # logger_stats (statistics), cnn (clips), fused (the two stacked on val recordings).
@@ -134,6 +134,15 @@ class LoggerStatsConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
+class RulesConfig:
+    """`baselines.rules`: the logger's rules (min_level, band_min_level), nothing fitted but
+    the threshold (docs/baselines.md)."""
+
+    percentile: float = num(gt=0, lt=100)      # the low percentile of the frame level read
+                                               # (one of build.stats.percentiles)
+
+
+@dataclass(frozen=True, kw_only=True)
 class DetectorConfig:
     """`detector`: which method the shipped detector is, and how grouped CV picks it."""
 
@@ -153,8 +162,8 @@ class BaselinesConfig:
     CNN uses one criterion, one threshold grid and the same recording resamples.
     """
 
-    models: tuple[Literal["random_forest", "svm", "xgboost", "level_logreg", "logger_stats"],
-                  ...]
+    models: tuple[Literal["random_forest", "svm", "xgboost", "level_logreg", "logger_stats",
+                          "min_level", "band_min_level"], ...]
     n_mfcc: int = num(ge=1)
     summary: Literal["mean", "mean_std"]
     seed: int = num(ge=0)
@@ -164,6 +173,7 @@ class BaselinesConfig:
     xgboost: XgboostGrid
     level_logreg: LogregGrid
     logger_stats: LoggerStatsConfig
+    rules: RulesConfig
 
     def problems(self) -> list[tuple[str, str]]:
         if not self.models or len(set(self.models)) != len(self.models):

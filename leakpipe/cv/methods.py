@@ -1,5 +1,6 @@
 """One fold's methods: the CNN (train's ``fit()``, evaluate's rules), logger_stats (the
-recordings' level statistics), fused (the two stacked on val) and the baselines.
+recordings' level statistics), fused (the two stacked on val), the logger's rules (min_level,
+band_min_level: nothing fitted but the threshold) and the baselines.
 
 Every method sees the fold's three files in the same roles: it learns on train, chooses what it
 chooses (the CNN's best epoch, every threshold, the baselines' hyper-parameters) on val, and is
@@ -26,6 +27,7 @@ from leakpipe.baselines import logger_stats
 from leakpipe.baselines.data import ClipFeatures, read_features
 from leakpipe.baselines.logger_stats import RecordingTable, read_recordings, recording_means
 from leakpipe.baselines.models import leak_scores
+from leakpipe.baselines.rules import fit_rule
 from leakpipe.baselines.selection import fit_and_select, model_inputs
 from leakpipe.config import (
     BaselinesConfig,
@@ -38,7 +40,7 @@ from leakpipe.config import (
     RuntimeConfig,
     TrainConfig,
 )
-from leakpipe.config.crossval import CNN_METHOD, FUSED_METHOD, STATS_METHOD
+from leakpipe.config.crossval import CNN_METHOD, FUSED_METHOD, RULE_METHODS, STATS_METHOD
 from leakpipe.cv.recording_level import fuse, recording_decisions, site_out_of_fold
 from leakpipe.decision.voting import decide
 from leakpipe.detector import Network
@@ -199,6 +201,33 @@ def run_logger_stats(tables: Mapping[str, RecordingTable], settings: Settings) -
                         val_scores=fit_.val_scores[val.clip_recording], recording=recording)
 
 
+def run_rules(tables: Mapping[str, RecordingTable], settings: Settings,
+              names: tuple[str, ...]) -> list[MethodResult]:
+    """The logger's rules (``baselines.rules``): each rule's statistic and threshold from the
+    train and val recordings alone (the band from train), then the test recordings scored
+    once; each test clip carries its recording's score."""
+    out = []
+    val, test = tables[VAL], tables[TEST]
+    for name in names:
+        began = time.time()
+        fit = fit_rule(name, tables[TRAIN], val, settings.baselines.rules.percentile,
+                       settings.evaluate, settings.decision)
+        scores = fit.scores(test)                                    # (R_test,) after the fit
+        recording = recording_decisions(fit.pooled_scores, fit.pooled_truth, scores,
+                                        settings.evaluate, settings.decision)
+        # nested selection's inner figure (RuleFit.inner_roc_auc: no threshold enters it)
+        recording.update(val_scores=fit.scores(val).tolist(), val_roc_auc=fit.inner_roc_auc())
+        threshold = float(recording["threshold"])
+        clip = scores[test.clip_recording]
+        out.append(MethodResult(
+            name, threshold, clip, decide(clip, threshold)[0],
+            {"statistic": fit.statistic, "centre_db": fit.centre_db, "width_db": fit.width_db,
+             "val_criterion": float(fit.point.value)},
+            val_scores=fit.scores(val)[val.clip_recording], recording=recording,
+            span=(began, time.time())))
+    return out
+
+
 def run_fused(cnn: MethodResult, stats: MethodResult, tables: Mapping[str, RecordingTable],
               settings: Settings) -> MethodResult:
     """The CNN's and logger_stats' recording probabilities stacked on the val recordings."""
@@ -260,10 +289,12 @@ def run_fold_methods(paths: Mapping[str, Path], settings: Settings, work: Path, 
         by_name = {r.name: r for r in results}
         results.append(timed(lambda: run_fused(by_name[CNN_METHOD], by_name[STATS_METHOD],
                                                 tables, settings)))
-    baselines = tuple(m for m in methods if m not in (CNN_METHOD, STATS_METHOD, FUSED_METHOD))
+    results.extend(run_rules(tables, settings, tuple(m for m in methods if m in RULE_METHODS)))
+    baselines = tuple(m for m in methods
+                      if m not in (CNN_METHOD, STATS_METHOD, FUSED_METHOD, *RULE_METHODS))
     results.extend(run_baselines(paths, settings, baselines))
     return [with_recordings(r, tables, settings) for r in results]
 
 
 __all__ = ["MethodResult", "Settings", "run_baselines", "run_cnn", "run_fold_methods",
-           "run_fused", "run_logger_stats", "timed", "with_recordings"]
+           "run_fused", "run_logger_stats", "run_rules", "timed", "with_recordings"]

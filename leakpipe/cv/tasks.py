@@ -12,7 +12,8 @@ driver (``leakpipe.cv.dispatch``) writes everything. The groups:
 - ``baselines``: every other method of ``cv.methods``, fitted together as
   ``methods.run_baselines`` fits them (one read of the features);
 - ``fused``: the CNN's and logger_stats' results of the same fold stacked; its task takes
-  those two tasks' results as inputs, so Dask runs it after both.
+  those two tasks' results as inputs, so Dask runs it after both;
+- ``rules``: the logger's rules (min_level, band_min_level), from the recordings' statistics.
 
 Threads: a task runs torch and the BLAS libraries on the driver's thread counts (``Threads``),
 so a fold's figures are those a sequential run in the driver's process computes (the CNN's
@@ -33,7 +34,7 @@ from threadpoolctl import threadpool_info, threadpool_limits
 
 from leakpipe.baselines.logger_stats import read_recordings
 from leakpipe.cluster import worker_name
-from leakpipe.config.crossval import CNN_METHOD, FUSED_METHOD, STATS_METHOD
+from leakpipe.config.crossval import CNN_METHOD, FUSED_METHOD, RULE_METHODS, STATS_METHOD
 from leakpipe.cv.data import pool_recordings, write_fold
 from leakpipe.cv.folds import ROLES, TEST, Fold
 from leakpipe.cv.methods import (
@@ -43,6 +44,7 @@ from leakpipe.cv.methods import (
     run_cnn,
     run_fused,
     run_logger_stats,
+    run_rules,
     timed,
     with_recordings,
 )
@@ -51,7 +53,8 @@ from leakpipe.errors import DataError
 from leakpipe.files import file_sha256
 
 CNN_GROUP, STATS_GROUP, BASELINES_GROUP, FUSED_GROUP = "cnn", "logger_stats", "baselines", "fused"
-ORDER = (CNN_GROUP, STATS_GROUP, FUSED_GROUP, BASELINES_GROUP)   # run_fold_methods' order
+RULES_GROUP = "rules"
+ORDER = (CNN_GROUP, STATS_GROUP, FUSED_GROUP, RULES_GROUP, BASELINES_GROUP)  # as run_fold_methods
 
 
 @dataclass(frozen=True)
@@ -98,11 +101,12 @@ class GroupResult:
 
 def method_groups(methods: Sequence[str]) -> dict[str, tuple[str, ...]]:
     """``cv.methods`` as groups (only the non-empty ones), in ``ORDER``."""
-    kinds = (CNN_METHOD, STATS_METHOD, FUSED_METHOD)
+    own = (CNN_METHOD, STATS_METHOD, FUSED_METHOD, *RULE_METHODS)
     groups = {CNN_GROUP: tuple(m for m in methods if m == CNN_METHOD),
               STATS_GROUP: tuple(m for m in methods if m == STATS_METHOD),
               FUSED_GROUP: tuple(m for m in methods if m == FUSED_METHOD),
-              BASELINES_GROUP: tuple(m for m in methods if m not in kinds)}
+              RULES_GROUP: tuple(m for m in methods if m in RULE_METHODS),
+              BASELINES_GROUP: tuple(m for m in methods if m not in own)}
     return {g: groups[g] for g in ORDER if groups[g]}
 
 
@@ -126,6 +130,8 @@ def run_group(items: list[Any]) -> list[GroupResult]:
             elif task.group == FUSED_GROUP:
                 cnn, stats = (done[0].methods[0] for done in inputs)
                 results = [timed(lambda: run_fused(cnn, stats, tables, settings))]
+            elif task.group == RULES_GROUP:
+                results = run_rules(tables, settings, task.methods)
             else:
                 results = run_baselines(files, settings, task.methods)
             methods = tuple(with_recordings(r, tables, settings) for r in results)
