@@ -31,8 +31,10 @@ CV = REPO / "metrics" / "cv.json"
 SCENARIOS = REPO / "benchmarks" / "results" / "cv_scenarios.json"
 SEEDS = REPO / "benchmarks" / "results" / "seed_spread.json"
 START, END = "<!-- recording-table:start -->", "<!-- recording-table:end -->"
-METHODS = ("logger_stats", "cnn", "fused", "random_forest", "svm", "xgboost", "level_logreg")
-NAMES = {"logger_stats": "logger stats", "cnn": "CNN", "fused": "fused",
+METHODS = ("min_level", "band_min_level", "logger_stats", "cnn", "fused", "random_forest", "svm",
+           "xgboost", "level_logreg")
+NAMES = {"min_level": "min level (logger's rule)", "band_min_level": "band min level",
+         "logger_stats": "logger stats", "cnn": "CNN", "fused": "fused",
          "random_forest": "random forest", "svm": "SVM", "xgboost": "XGBoost",
          "level_logreg": "clip level"}
 
@@ -94,7 +96,10 @@ def render(cv: Mapping[str, Any], scenarios: Mapping[str, Any] | None,
     machine = scenarios["machine"] if scenarios is not None else "-"
     lines.append("")
     lines.append(f"Pooled out-of-fold recording ROC-AUC, 95 % site-bootstrap intervals; "
-                 f"machine of the small-network runs: {machine}. Sources: `metrics/cv.json`, "
+                 f"min level and band min level are the rule a noise logger applies, nothing "
+                 f"fitted but the threshold (docs/baselines.md); `-`: a method the run did "
+                 f"not hold; machine of the small-network runs: {machine}. Sources: "
+                 f"`metrics/cv.json`, "
                  f"`benchmarks/results/cv_scenarios.json` (rendered by "
                  f"`benchmarks/studies/recording_table.py`).")
     if seeds is not None:
