@@ -76,7 +76,11 @@ def test_the_crossval_run_and_its_children_last_as_long_as_their_work(
     assert len(parents) == 1 and len(children) == 3 * 2        # a child per fold and method
     parent = parents[0].info
     duration = (parent.end_time - parent.start_time) / 1000.0
-    assert 0.9 * wall <= duration <= wall + 0.5, (duration, wall)   # within 10 % of the stage
+    # the run's span is the stage's work: it starts as run_cv starts and ends after the last
+    # child (below), before run_cv returns (logging the runs comes after the work, so no
+    # share of the wall time is asserted: on a loaded machine the logging takes longer)
+    assert start - 1.0 <= parent.start_time / 1000.0 <= start + 1.0, (parent.start_time, start)
+    assert parent.end_time / 1000.0 <= start + wall + 0.5 and 0 < duration <= wall + 0.5
     for child in children:
         info = child.info
         assert child.data.tags[PARENT_RUN_TAG] == parent.run_id
