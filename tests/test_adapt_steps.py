@@ -215,7 +215,8 @@ def test_a_round_entry_holds_what_the_round_made_in_a_fixed_order() -> None:
     assert seed["labels"] == {"a.wav": LEAK, "b.wav": NOT_LEAK}
     accepted = round_entry(1, ACCEPTED, 0.4, {"f1": 0.9}, None, labels=labels,
                            previous={"a.wav": LEAK, "b.wav": LEAK},
-                           truth={"a.wav": 1, "b.wav": 1}, split=RoundSplit(20, 3, 5))
+                           truth={"a.wav": 1, "b.wav": 1},
+                           split=dataclasses.asdict(RoundSplit(20, 3, 5)))
     assert list(accepted) == ["round", "status", "threshold", "val", "reason", "pseudo",
                               "labels", "changed", "pool", "split"]
     assert accepted["changed"] == 1 and accepted["pool"] == {"label_accuracy": 0.5}

@@ -54,6 +54,15 @@ class FieldSet:
     def __len__(self) -> int:
         return len(self.keys)
 
+    def subset(self, keys: tuple[str, ...]) -> FieldSet:
+        """These recordings only (``keys`` in this set's order), the others counted failed."""
+        wanted = set(keys)
+        keep = [i for i, k in enumerate(self.keys) if k in wanted]
+        dropped = tuple(f"{k}: not usable by every part" for k in self.keys if k not in wanted)
+        return FieldSet(tuple(self.keys[i] for i in keep), tuple(self.mel[i] for i in keep),
+                        self.truth[keep] if self.truth is not None else None,
+                        self.failed + dropped)
+
 
 @dataclass(frozen=True)
 class FieldScores:
@@ -62,6 +71,7 @@ class FieldScores:
     scores: np.ndarray                 # (R,) rule score: LEAK <=> score >= threshold
     long_probs: list[np.ndarray]       # R arrays (n_long of that recording,)
     class_probs: np.ndarray            # (R, C) mean class softmax over the recording's clips
+    seg_probs: tuple[np.ndarray, ...] = ()   # R arrays (clips, L, S); () where not kept
 
 
 def pool_recordings(source: Path) -> list[tuple[str, Path]]:
@@ -128,7 +138,7 @@ def score_field(network: Network, field: FieldSet, *, prob_mode: str, rule: str,
     """Every recording's rule score, long-segment probabilities and class probabilities."""
     model = network.inference_model().to(runtime.device)
     shape = network.features.segment_shape
-    scores, long_probs, class_probs = [], [], []
+    scores, long_probs, class_probs, seg_probs = [], [], [], []
     for mel in field.mel:
         out = score_batches(model, array_batches(mel, budget, network.input_norm),
                             segments=(shape[0], shape[1]), leak_index=network.leak_index,
@@ -137,7 +147,8 @@ def score_field(network: Network, field: FieldSet, *, prob_mode: str, rule: str,
         scores.append(float(file_scores(probs, rule, vote_fraction)[0]))  # type: ignore[arg-type]
         long_probs.append(long_segment_probs(probs)[0])                # (clips * L,)
         class_probs.append(out.class_probs.mean(axis=0))               # (C,)
-    return FieldScores(np.asarray(scores), long_probs, np.stack(class_probs))
+        seg_probs.append(out.seg_probs)                                # (clips, L, S)
+    return FieldScores(np.asarray(scores), long_probs, np.stack(class_probs), tuple(seg_probs))
 
 
 def score_detector(detector: Detector, field: FieldSet, runtime: Runtime,

@@ -1,7 +1,7 @@
 """The guard step of a round: is it accepted, or rejected and adaptation stopped?
 
-``rejection`` compares the round's val clip F1 (and, with ``adapt.check_guard``, the labelled
-field check set's clip F1) with the seed detector's (round 0's): more than ``adapt.tolerance``
+``rejection`` compares the round's val F1 (and, with ``adapt.check_guard``, the labelled
+field check set's F1) with the seed detector's (round 0's): more than ``adapt.tolerance``
 below it, or not a number where the seed's is, rejects the round. Always the seed's, never the
 previous accepted round's: against the previous round, rounds that each lose a little could
 together lose any amount. Pure: the figures in, the reason out ("" to accept).
@@ -15,7 +15,7 @@ from typing import Any
 
 
 def rejection(r: int, seed: Mapping[str, Any], val_f1: float, check_f1: float | None, *,
-              tolerance: float, check_guard: bool, standing: int) -> str:
+              tolerance: float, check_guard: bool, standing: int, unit: str = "clip") -> str:
     """Why round ``r`` is rejected against the ``seed`` round's entry (round 0), or "".
 
     A figure more than ``tolerance`` below the seed's, or not a number where the seed's is
@@ -30,6 +30,6 @@ def rejection(r: int, seed: Mapping[str, Any], val_f1: float, check_f1: float | 
             continue
         worse = (f"{now:.4f} is more than {tolerance:g} below" if math.isfinite(now)
                  else "is not a number, against")
-        return (f"round {r} rejected: {name} clip F1 {worse} the seed's {before:.4f}; "
+        return (f"round {r} rejected: {name} {unit} F1 {worse} the seed's {before:.4f}; "
                 f"round {standing}'s detector stands")
     return ""

@@ -14,7 +14,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Mapping
 from typing import Any
@@ -22,7 +21,6 @@ from typing import Any
 from leakpipe import tracking
 from leakpipe.adapt.pseudo import PoolLabels, changed_labels, label_accuracy
 from leakpipe.adapt.report import round_metrics, round_run_name
-from leakpipe.adapt.round_split import RoundSplit
 from leakpipe.adapt.state import AdaptState
 
 log = logging.getLogger(__name__)
@@ -37,10 +35,10 @@ def round_entry(r: int, status: str, threshold: float, val: Mapping[str, float],
                 labels: PoolLabels | None = None,
                 previous: Mapping[str, int | None] | None = None,
                 truth: Mapping[str, int] | None = None,
-                split: RoundSplit | None = None) -> dict[str, Any]:
+                split: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Round ``r``'s entry; ``labels`` are its pool pseudo-labels (None for a rejected round),
-    ``previous`` the standing round's (None for the seed round), ``split`` the next round's
-    training split (None when there is no next round to train)."""
+    ``previous`` the standing round's (None for the seed round), ``split`` the summary of what
+    the next round trains on (None when there is no next round to train)."""
     entry: dict[str, Any] = {"round": r, "status": status, "threshold": threshold,
                              "val": val, "reason": reason}
     if check is not None:
@@ -54,7 +52,7 @@ def round_entry(r: int, status: str, threshold: float, val: Mapping[str, float],
     if truth is not None:
         entry["pool"] = {"label_accuracy": label_accuracy(labels.labels, truth)}
     if split is not None:
-        entry["split"] = dataclasses.asdict(split)
+        entry["split"] = dict(split)
     return entry
 
 

@@ -83,18 +83,19 @@ def _rate(value: Any) -> str:
 
 
 def adapted_description(entries: Sequence[Mapping[str, Any]], final_round: int,
-                        stop_reason: str, *, network: str, seed_sha: str, pool: int) -> str:
+                        stop_reason: str, *, network: str, seed_sha: str, pool: int,
+                        unit: str = "clip") -> str:
     """The description of the adapted detector's registered version (one paragraph): what it
     was adapted from and on, its operating point, its val and field-check figures next to the
     seed's, and what it was not scored on."""
     seed = entries[0]
     final = next(e for e in entries if e["round"] == final_round)
     accepted = sum(e["status"] == "accepted" for e in entries)
-    text = (f"Field-adapted leak detector of `leakpipe adapt`: the evaluated detector (file "
-            f"sha256 {seed_sha[:12]}; {network}) fine-tuned in {accepted} accepted round(s) "
+    text = (f"Field-adapted leak detector of `leakpipe adapt`: the seed detector (file "
+            f"sha256 {seed_sha[:12]}; {network}) refitted in {accepted} accepted round(s) "
             f"of pseudo-labelling on {pool} unlabelled field recordings plus the labelled "
             f"train split; this is round {final_round}. Operating point re-chosen on the val "
-            f"split: threshold {final['threshold']:g}. Val, per clip: F1 "
+            f"split: threshold {final['threshold']:g}. Val, per {unit}: F1 "
             f"{_rate(_get(final, 'val', 'f1'))} (seed {_rate(_get(seed, 'val', 'f1'))}).")
     if final.get("check"):
         text += (" Labelled field check set, per recording: false-positive rate "

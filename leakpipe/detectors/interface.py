@@ -92,7 +92,8 @@ class RowScorer(Protocol):
 
 
 class DetectorKind(Protocol):
-    """One detector kind: what predict, serve, explain, export, promote and ship need of it.
+    """One detector kind: what predict, serve, explain, export, promote, ship and adapt need of
+    it.
 
     ``Any`` stands for a loaded detector of this kind and for a higher layer's values
     (promote's ``ScoringSetup`` / ``SplitDecisions``, ship's ``Shipped`` / job), which this low
@@ -140,6 +141,12 @@ class DetectorKind(Protocol):
 
     def version_tags(self, detector: Any) -> dict[str, str]:
         """Tags of a registered version beyond every kind's (kind, sha256, test F1)."""
+        ...
+
+    def adapter(self, detector: Any, context: Any) -> Any:
+        """`adapt`'s part of this kind (``adapt.adapter.Adapter``, built from an
+        ``adapt.adapter.AdaptContext``): how it refits on train plus pseudo-labelled field
+        recordings, and scores them; a kind with nothing to refit raises ``DataError``."""
         ...
 
 

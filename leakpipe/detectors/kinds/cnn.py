@@ -141,5 +141,10 @@ class CnnKind:
         clip_f1 = detector.metrics.get("test/clip_f1")      # evaluate's, kept in the file
         return {tracking.TAG_TEST_F1: f"{clip_f1:.4f}"} if clip_f1 is not None else {}
 
+    def adapter(self, detector: Detector, context: Any) -> Any:
+        from leakpipe.adapt.cnn_adapter import CnnAdapter
+
+        return CnnAdapter(detector, context, seed_file=context.paths.detector)
+
 
 __all__ = ["CnnKind"]

@@ -136,5 +136,10 @@ class FusedKind:
     def version_tags(self, detector: FusedDetector) -> dict[str, str]:
         return {}
 
+    def adapter(self, detector: FusedDetector, context: Any) -> Any:
+        from leakpipe.adapt.fused_adapter import FusedAdapter
+
+        return FusedAdapter(detector, context)
+
 
 __all__ = ["FusedKind"]

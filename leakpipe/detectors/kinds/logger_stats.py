@@ -121,5 +121,10 @@ class LoggerStatsKind:
     def version_tags(self, detector: StatsDetector) -> dict[str, str]:
         return {}
 
+    def adapter(self, detector: StatsDetector, context: Any) -> Any:
+        from leakpipe.adapt.stats_adapter import StatsAdapter
+
+        return StatsAdapter(detector, context)
+
 
 __all__ = ["LoggerStatsKind"]
