@@ -56,8 +56,9 @@ def clips_of(x: np.ndarray) -> np.ndarray:
     return clip_features(x.reshape(SECONDS, RATE), SMALL_FEATURES).astype(np.float32)
 
 
-def fused_splits(root: Path) -> dict[str, Path]:
-    """train / val / test: 6 sites each (every other one leaks), 2 recordings per site."""
+def fused_splits(root: Path, *, invert_train: bool = False) -> dict[str, Path]:
+    """train / val / test: 6 sites each (every other one leaks), 2 recordings per site; with
+    ``invert_train`` train's labels say the opposite of its recordings (a wrong labelled set)."""
     root.mkdir(parents=True, exist_ok=True)
     columns = StatsColumns(stat_names(SPEC), SPEC.to_dict())
     rng = np.random.default_rng(0)
@@ -69,9 +70,12 @@ def fused_splits(root: Path) -> dict[str, Path]:
                          chunk_mb=0.01, stats=columns) as writer:
             for site in range(6):
                 label = leak if site % 2 else KNOWN_CLASSES.index("NORMAL")
+                stored = label
+                if invert_train and split == "train":
+                    stored = KNOWN_CLASSES.index("NORMAL") if site % 2 else leak
                 for k in range(2):
                     x = _recording(rng, label == leak)
-                    writer.append(clips_of(x), label, f"{split}/s{site}/{k}", f"{split}-s{site}",
+                    writer.append(clips_of(x), stored, f"{split}/s{site}/{k}", f"{split}-s{site}",
                                   stats=recording_stats(x, RATE, SPEC), rate=RATE)
     return out
 

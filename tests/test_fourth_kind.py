@@ -48,6 +48,7 @@ from leakpipe.detectors.interface import (
     RowScorer,
 )
 from leakpipe.detectors.registry import kind_named, register, registered, unregister
+from leakpipe.errors import DataError
 from leakpipe.evaluate.promotion import EXIT_REFUSED
 from leakpipe.files import save_torch_atomic
 from leakpipe.stats_detector import FILE_VERSION, FORMAT
@@ -244,6 +245,9 @@ class QuietLevelKind:
 
     def version_tags(self, detector: QuietLevelDetector) -> dict[str, str]:
         return {"leakpipe.rule_statistic": STATISTIC}
+
+    def adapter(self, detector: QuietLevelDetector, context: Any) -> Any:
+        raise DataError(f"{context.paths.detector}: a {NAME} rule fits nothing to adapt")
 
 
 # -- the surfaces, none of which names the kind ----------------------------------------------

@@ -32,7 +32,7 @@ from leakpipe.ship.stage import chosen_kind
 from leakpipe.stats_detector import FusedDetector, save_fused_detector
 from tests.conftest import PARAMS
 from tests.helpers_detector import copied_store
-from tests.helpers_fused import SECONDS, clips_of, cv_selecting, params_with, ship, wavs
+from tests.helpers_fused import READ_ROW, SECONDS, clips_of, cv_selecting, params_with, ship, wavs
 from tests.test_ship import RATE, SPEC
 from tests.test_ship import _recording as _site_recording
 
@@ -222,6 +222,16 @@ def test_explain_splits_the_call_into_the_parts_evidence(shipped: Path, tmp_path
     assert timeline["cnn_threshold"] == detector.cnn.threshold
     assert ex["raw_score"] == pytest.approx(
         float(detector.probability(cnn_prob, stats[None, :])[0]), abs=2e-6)
+    # the CNN part's bands: the stacked probability with each group occluded through the CNN
+    # part, the statistics unchanged; the reader reads mel bands 8-11 (group 2) and no other
+    bands = ex["occlusion"]
+    for g in bands["groups"]:
+        again = float(detector.probability(g["cnn_prob_without"], stats[None, :])[0])
+        assert g["raw_score_without"] == pytest.approx(again, abs=2e-4)   # 4 decimals shown
+        assert g["raw_drop"] == pytest.approx(ex["raw_score"] - g["raw_score_without"],
+                                              abs=2e-4)
+    assert bands["towards_leak"] == [READ_ROW]
+    assert [g["mel_bands"] for g in bands["groups"]][READ_ROW] == [8, 11]
     # the call on predict's one scale: predict's CSV row of the same file says the same
     assert main(["predict", str(paths["leak"]), "--model", str(shipped), "--out",
                  str(tmp_path / "pred.csv"), "--no-progress", "--device", "cpu"]) == 0

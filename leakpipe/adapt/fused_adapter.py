@@ -92,8 +92,9 @@ class FusedAdapter:
                                      "eval/stacker_bias": stacker.bias})
         negative = [f"{n} {w:+.3f}" for n, w in zip(stacker.names, stacker.weights,
                                                    strict=True) if w < 0]
-        reason = (f"the refitted stacker weighs a part negatively ({', '.join(negative)}): that "
-                  "part's LEAK evidence now counts against a leak" if negative else "")
+        reason = (f"the refitted stacker weighs {len(negative)} part(s) negatively "
+                  f"({', '.join(negative)}): their LEAK evidence now counts against a leak"
+                  if negative else "")
         return Candidate(detector, val_figures(truth, scores, point.threshold), reason)
 
     def _val_cnn(self, cnn: Detector) -> np.ndarray:

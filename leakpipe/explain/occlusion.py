@@ -72,3 +72,12 @@ def occluded(mel: np.ndarray, group: BandGroup, level: float) -> np.ndarray:
     out = np.array(mel, dtype=np.float32, copy=True)
     out[..., group.first:group.last + 1, :] = level
     return out
+
+
+def pushes(drops: np.ndarray, min_change: float) -> tuple[list[int], list[int]]:
+    """(G,) drops of a score when each group is occluded -> the groups that pushed it towards
+    LEAK (the drop at least ``min_change``, largest first) and those that pushed it away
+    (a rise at least ``min_change``, largest first); ties: the lower band first."""
+    up = [int(g) for g in np.argsort(-drops, kind="stable") if drops[g] >= min_change]
+    down = [int(g) for g in np.argsort(drops, kind="stable") if drops[g] <= -min_change]
+    return up, down

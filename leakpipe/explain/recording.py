@@ -38,6 +38,7 @@ from leakpipe.explain.occlusion import (
     band_groups,
     clip_levels,
     occluded,
+    pushes,
     recording_level,
 )
 from leakpipe.predict.inputs import prepare
@@ -70,6 +71,10 @@ class Explanation:
     scores_without: np.ndarray   # (G,) the rule's score with each group occluded
     long_drop: np.ndarray        # (G, N) long-segment probability minus that without the group
     level: Level
+    # the CNN's recording probability as a fused detector reads it (the mean of its clips'
+    # rule scores, float64), and the same with each group occluded
+    recording_prob: float = float("nan")
+    recording_probs_without: np.ndarray = field(default_factory=lambda: np.zeros(0))   # (G,)
     notes: str = ""
     domain: dict[str, Any] = field(default_factory=dict)   # predict's domain fields
 
@@ -102,15 +107,13 @@ class Explanation:
     def towards_leak(self) -> list[int]:
         """Groups whose occlusion lowers the score by at least ``MIN_CHANGE``, largest drop
         first (ties: lower band first)."""
-        return [int(g) for g in np.argsort(-self.drops, kind="stable")
-                if self.drops[g] >= MIN_CHANGE]
+        return pushes(self.drops, MIN_CHANGE)[0]
 
     @property
     def towards_noleak(self) -> list[int]:
         """Groups whose occlusion raises the score by at least ``MIN_CHANGE``, largest rise
         first (ties: lower band first)."""
-        return [int(g) for g in np.argsort(self.drops, kind="stable")
-                if self.drops[g] <= -MIN_CHANGE]
+        return pushes(self.drops, MIN_CHANGE)[1]
 
     @property
     def votes_needed(self) -> int:
@@ -144,7 +147,8 @@ def explain_recording(recording: Path | AudioSource, detector: Detector, model: 
     voting = detector.voting
     base = np.concatenate(probs)                                       # (clips, L, S)
     n_short = base.shape[-1]
-    without = np.concatenate(hidden, axis=1).reshape(len(groups), -1, n_short)  # (G, N, S)
+    by_clip = np.concatenate(hidden, axis=1).astype(np.float64)        # (G, clips, L, S)
+    without = by_clip.reshape(len(groups), -1, n_short)                # (G, N, S)
     long_probs = long_segment_probs(base.reshape(1, -1, n_short))[0]   # (N,) clip order
     offsets = np.arange(base.shape[1]) * f.long_hop / f.sample_rate    # (L,)
     long_starts = np.round(np.concatenate(starts)[:, None] + offsets[None, :],
@@ -162,7 +166,17 @@ def explain_recording(recording: Path | AudioSource, detector: Detector, model: 
         scores_without=file_scores(without, voting.rule, voting.vote_fraction),
         long_drop=(long_probs[None, :] - long_segment_probs(without))[:, order],
         level=waveform_level(recording, f.long_hop_s), notes=notes,
-        domain=domain_fields(detector, np.sum(profiles, axis=0) / len(base), band_hz))
+        domain=domain_fields(detector, np.sum(profiles, axis=0) / len(base), band_hz),
+        recording_prob=float(_mean_clip_score(base[None].astype(np.float64), voting)[0]),
+        recording_probs_without=_mean_clip_score(by_clip, voting))
+
+
+def _mean_clip_score(probs: np.ndarray, voting: Any) -> np.ndarray:
+    """(G, clips, L, S) -> (G,) the mean of the clips' rule scores."""
+    g, clips = probs.shape[:2]
+    scores = file_scores(probs.reshape(g * clips, *probs.shape[2:]), voting.rule,
+                         voting.vote_fraction)
+    return scores.reshape(g, clips).mean(axis=1)
 
 
 def _occluded_probs(mel: np.ndarray, groups: list[BandGroup], fill_db: float,

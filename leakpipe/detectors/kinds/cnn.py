@@ -67,23 +67,37 @@ class CnnKind:
                   setup: ExplainSetup) -> Callable[[Path], Rendered]:
         from leakpipe.explain.figure import call_text, explanation_figure
         from leakpipe.explain.lines import top_band_group
-        from leakpipe.explain.recording import explain_recording, to_json
-        from leakpipe.predict.rules import batch_budget, scoring_rules
+        from leakpipe.explain.recording import to_json
+        from leakpipe.predict.rules import scoring_rules
+
+        bands = self.band_explainer(detector, setup, scoring_rules(detector, setup.params))
+
+        def explain(path: Path) -> Rendered:
+            ex = bands(path)
+            return Rendered(explanation_figure(ex), to_json(ex),
+                            f"{call_text(ex.shown)}; {top_band_group(ex)}")
+
+        return explain
+
+    @staticmethod
+    def band_explainer(detector: Detector, setup: ExplainSetup,
+                       rules: Any) -> Callable[[Path], Any]:
+        """A recording -> its band-occlusion ``explain.recording.Explanation`` under
+        ``detector`` and its scoring ``rules`` (a fused detector's CNN part explains so)."""
+        from leakpipe.explain.recording import explain_recording
+        from leakpipe.predict.rules import batch_budget
 
         if setup.bands_per_group > detector.features.n_mels:
             raise DataError(f"--bands-per-group: {setup.bands_per_group} is more than the "
                             f"model's {detector.features.n_mels} mel bands")
-        rules = scoring_rules(detector, setup.params)
         net = detector.inference_model().to(setup.runtime.device)
         budget = batch_budget(detector, rules, setup.runtime)
 
-        def explain(path: Path) -> Rendered:
-            ex = explain_recording(path, detector, net, runtime=setup.runtime, budget=budget,
-                                   min_fraction=rules.min_clip_fraction,
-                                   bands_per_group=setup.bands_per_group, fill=setup.fill,
-                                   quality=rules.quality)
-            return Rendered(explanation_figure(ex), to_json(ex),
-                            f"{call_text(ex.shown)}; {top_band_group(ex)}")
+        def explain(path: Path) -> Any:
+            return explain_recording(path, detector, net, runtime=setup.runtime,
+                                     budget=budget, min_fraction=rules.min_clip_fraction,
+                                     bands_per_group=setup.bands_per_group, fill=setup.fill,
+                                     quality=rules.quality)
 
         return explain
 

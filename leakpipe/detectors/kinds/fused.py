@@ -60,17 +60,19 @@ class FusedKind:
 
     def explainer(self, detector: FusedDetector,
                   setup: ExplainSetup) -> Callable[[Path], Rendered]:
+        from leakpipe.detectors.kinds.cnn import CnnKind
         from leakpipe.explain import fused
         from leakpipe.explain.figure import call_text
         from leakpipe.explain.lines import main_term
         from leakpipe.predict.rules import scoring_rules
         from leakpipe.predict.scoring import clip_scoring
 
-        scoring = clip_scoring(detector.cnn, scoring_rules(detector.cnn, setup.params),
-                               setup.runtime)
+        rules = scoring_rules(detector.cnn, setup.params)
+        scoring = clip_scoring(detector.cnn, rules, setup.runtime)
+        cnn = CnnKind().band_explainer(detector.cnn, setup, rules)
 
         def explain(path: Path) -> Rendered:
-            ex = fused.explain_fused_recording(path, detector, scoring)
+            ex = fused.explain_fused_recording(path, detector, scoring, cnn)
             return Rendered(fused.fused_figure(ex), fused.to_json(ex),
                             f"{call_text(ex.call)}; {main_term(ex)}")
 
