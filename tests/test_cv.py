@@ -213,7 +213,7 @@ def _small_params(root: Path) -> Path:
     params["runtime"]["device"] = "cpu"
     params["train"].update(batch_size=64)
     params["cv"].update(epochs=1, train_fraction=1.0, bootstrap_resamples=100,
-                        val_fraction=0.25)
+                        val_fraction=0.25, source_repeats=1)   # draws: tests/test_cv_draws.py
     path = root / "params.yaml"
     path.write_text(yaml.safe_dump(params))
     return path

@@ -9,7 +9,9 @@ Two forms:
   overrides its ``group_by``; a manifest's ``group`` column wins), checks them as `validate`
   checks splits against each other, then cross-validates them: ``DIR/cv.json``,
   ``DIR/predictions.csv``, ``DIR/plots/``, resumable in ``DIR/work``. DIR is locked for the run
-  and cleared of the previous run's outputs first (``leakpipe.cv.outdir``).
+  and cleared of the previous run's outputs first (``leakpipe.cv.outdir``). It draws the
+  site-to-fold assignment ``cv.source_repeats`` times (``--repeats``): a network of a few dozen
+  sites is too few for one draw to settle which method is ahead.
 
 Either form runs the folds here, one after another, or with ``--scheduler`` /
 ``LEAKPIPE_SCHEDULER`` on a Dask cluster (``leakpipe.cv.dispatch``), with the same outputs.
@@ -32,6 +34,7 @@ from leakpipe.commands._common import (
     param_int,
     validated_stamp,
 )
+from leakpipe.config import load_section
 from leakpipe.config.crossval import CrossvalConfig
 from leakpipe.data.manifest import GROUP_BY
 from leakpipe.errors import ConfigError
@@ -59,6 +62,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--folds", type=param_int(CrossvalConfig, "folds", "cv.folds"),
                         default=None,
                         help="K folds over groups (default: cv.folds)")
+    parser.add_argument("--repeats", type=param_int(CrossvalConfig, "repeats", "cv.repeats"),
+                        default=None,
+                        help="N draws of the site-to-fold assignment: figures per draw, their "
+                             "mean and its interval, the selection on the mean (default: "
+                             "cv.source_repeats with --source, else cv.repeats)")
     parser.add_argument("--out", type=Path, default=None,
                         help="folder for cv.json, predictions.csv, plots/ and work/ (replaces "
                              "the four path options below); locked while the run lasts, and "
@@ -98,8 +106,9 @@ def _splits(data_dir: Path) -> dict[str, Path]:
 
 
 def _run(args: argparse.Namespace, layout: OutLayout | None) -> int:
+    from leakpipe.cv.report import summary_line
     from leakpipe.cv.source import build_source
-    from leakpipe.cv.stage import CvPaths, run_cv, summary_line
+    from leakpipe.cv.stage import CvPaths, run_cv
     from leakpipe.data.stamp import trust_splits
     from leakpipe.tracking.names import TAG_CV_SOURCE
 
@@ -119,7 +128,11 @@ def _run(args: argparse.Namespace, layout: OutLayout | None) -> int:
     else:
         splits = _splits(args.data_dir)
         tags = trust_splits(validated_stamp(args), splits).tags
+    repeats = args.repeats
+    if repeats is None and args.source is not None:
+        repeats = load_section(args.params, "cv").source_repeats
     summary = run_cv(dataclasses.replace(paths, splits=splits), args.params, folds=args.folds,
-                     tags=tags, progress=not args.no_progress, cluster=cluster)
+                     repeats=repeats, tags=tags, progress=not args.no_progress,
+                     cluster=cluster)
     print(summary_line(summary, paths.metrics))
     return 0

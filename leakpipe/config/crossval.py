@@ -34,6 +34,8 @@ class CrossvalConfig:
     train_fraction: float = num(gt=0, le=1)  # share of the shuffled training batches per epoch
     bootstrap_resamples: int = num(ge=1)    # site resamples of the pooled intervals
     confidence: float = num(gt=0, lt=1)
+    repeats: int = num(ge=1)                # draws of the site-to-fold assignment (the stage)
+    source_repeats: int = num(ge=1)         # ... of `leakpipe cv --source` (a user's network)
 
     def problems(self) -> list[tuple[str, str]]:
         if not self.methods:

@@ -75,10 +75,14 @@ class Settings:
     plan: Mapping[str, Any]          # the preload plan: placement and memory margins
 
     def to_dict(self) -> dict[str, Any]:
-        """The settings a finished fold depends on (a resumed run must match them)."""
-        return {name: dataclasses.asdict(getattr(self, name)) for name in
-                ("cv", "model", "train", "runtime", "decision", "evaluate", "baselines",
-                 "detector")}
+        """The settings a finished fold depends on (a resumed run must match them): not the
+        number of draws (draw d's folds are the same whatever the number after it)."""
+        out = {name: dataclasses.asdict(getattr(self, name)) for name in
+               ("cv", "model", "train", "runtime", "decision", "evaluate", "baselines",
+                "detector")}
+        for key in ("repeats", "source_repeats"):
+            out["cv"].pop(key)
+        return out
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -234,3 +235,32 @@ def fold_records(summary: Mapping[str, Any]) -> list[dict[str, Any]]:
                          "recording_f1": f1, "clip_roc_auc": clip_auc,
                          "selected": "yes" if m == chosen else "no"})
     return rows
+
+
+def summary_line(summary: Mapping[str, Any], path: Path) -> str:
+    """The stage's one printed line: every method's recording ROC-AUC, the paired figures, the
+    selection."""
+    key = "recording_roc_auc"
+    repeats = int(summary.get("repeats", 1))
+    pre = "draws_" if repeats > 1 else ""          # several draws: their mean and its interval
+    parts = [f"{m} {f[key][pre + 'mean']:.3f} ({f[key][pre + 'ci_low']:.2f}-"
+             f"{f[key][pre + 'ci_high']:.2f})" for m, f in summary["methods"].items()]
+    text = (f"crossval: {summary['folds']} folds"
+            + (f" x {repeats} draws (their mean)" if repeats > 1 else "")
+            + f", {summary['sites']} sites, {summary['recordings']} recordings, recording "
+            f"ROC-AUC: {'; '.join(parts)}")
+    versus = summary.get("paired_vs_rule")
+    if versus and summary["selected"] in versus["methods"]:
+        d = versus["methods"][summary["selected"]]
+        text += (f"; {summary['selected']} - {versus['rule']} {d['mean']:+.3f} "
+                 f"({d['ci_low']:+.2f} to {d['ci_high']:+.2f})")
+    if "paired" in summary:
+        d = summary["paired"][key]
+        text += (f"; cnn - {summary['paired']['minus']} {d['mean']:+.3f} "
+                 f"({d['ci_low']:+.2f} to {d['ci_high']:+.2f})")
+    text += f"; selected {summary['selected']}"
+    if "selected_nested" in summary:
+        d = summary["selected_nested"][key]
+        text += (f" (nested estimate {d['mean']:.3f}, {d['ci_low']:.2f}-{d['ci_high']:.2f}; "
+                 f"per fold {', '.join(map(str, summary['selected_nested']['per_fold']))})")
+    return f"{text} -> {path}"

@@ -39,6 +39,7 @@ from leakpipe.code_digest import package_digest
 from leakpipe.config import CrossvalConfig, load_section
 from leakpipe.config.crossval import CNN_METHOD
 from leakpipe.cv.data import Recordings, pool_recordings, write_fold
+from leakpipe.cv.draws import draw_figures, with_draws
 from leakpipe.cv.figure import folds_figure
 from leakpipe.cv.folds import ROLES, TEST, Fold, make_folds
 from leakpipe.cv.methods import Settings, run_fold_methods
@@ -49,6 +50,7 @@ from leakpipe.cv.report import (
     oof_rows,
     recording_rows,
     summarise,
+    summary_line,
 )
 from leakpipe.cv.results import (
     PLANNED,
@@ -99,45 +101,74 @@ def load_settings(params: Path, plan: Mapping[str, Any] | None, *,
 
 
 def run_cv(paths: CvPaths, params: Path, *, folds: int | None = None,
-           tags: Mapping[str, str] | None = None, progress: bool = True,
-           cluster: ClusterSettings | None = None) -> dict[str, Any]:
-    """The whole stage, here or on the Dask ``cluster``; returns the summary written to
-    ``paths.metrics`` (the same either way)."""
+           repeats: int | None = None, tags: Mapping[str, str] | None = None,
+           progress: bool = True, cluster: ClusterSettings | None = None) -> dict[str, Any]:
+    """The whole stage, here or on the Dask ``cluster``, over ``repeats`` draws of the folds
+    (default ``cv.repeats``); returns the summary written to ``paths.metrics`` (the same either
+    way)."""
     started = time.time()              # the MLflow run, logged at the end, starts here
     plan = read_plan(paths.plan) if paths.plan is not None else None
     settings = load_settings(params, plan, folds=folds)
     cv = settings.cv
+    repeats = cv.repeats if repeats is None else repeats
     recordings = pool_recordings(list(paths.splits.values()))
-    fold_list = make_folds(recordings.label_names, recordings.group, cv.folds, cv.val_fraction,
-                           cv.seed)
+    draws = [make_folds(recordings.label_names, recordings.group, cv.folds, cv.val_fraction,
+                        cv.seed + d) for d in range(repeats)]    # draw d: seed cv.seed + d
     sha = {name: file_sha256(p) for name, p in paths.splits.items()}
     _open_work(paths.work, {"sha256": sha, "settings": settings.to_dict(),
                             "code": package_digest()})
-    log.info("crossval: %d recordings at %d sites, %d folds, methods %s", len(recordings),
-             len(set(recordings.group)), cv.folds, list(cv.methods))
-    if cluster is None:
-        results = []
-        for fold in fold_list:
-            results.append(_fold_result(fold, recordings, settings, paths.work, progress))
-            settings = with_plan(settings, paths.work)
-    else:
-        from leakpipe.cv.dispatch import results_on_cluster
-
-        results, settings = results_on_cluster(cluster, fold_list, recordings,
-                                               tuple(sha.values()), settings, paths.work)
+    log.info("crossval: %d recordings at %d sites, %d folds, %d draw(s), methods %s",
+             len(recordings), len(set(recordings.group)), cv.folds, repeats, list(cv.methods))
+    drawn = []
+    for d, fold_list in enumerate(draws):
+        results, settings = _draw_results(d, fold_list, recordings, settings, sha, paths.work,
+                                          progress, cluster)
+        drawn.append(results)
+    if cluster is not None:
         tags = {**(tags or {}), TAG_BACKEND: "dask"}
+    results = drawn[0]                 # the figures per fold, the tables: the first draw's
     oof = assemble(results, cv.methods)
     recording_oof = assemble_recordings(results, cv.methods)
     margin = settings.detector.selection_margin
     summary = summarise(oof, recording_oof, resamples=cv.bootstrap_resamples,
                         confidence=cv.confidence, seed=cv.seed, margin=margin,
                         nested=nested_choices(results, margin))
+    summary = with_draws(summary, draw_figures(
+        [assemble_recordings(r, cv.methods) for r in drawn], resamples=cv.bootstrap_resamples,
+        confidence=cv.confidence, seed=cv.seed), margin)
     summary["sizes"] = [r["sizes"] for r in results]
     histories = [r["methods"][CNN_METHOD]["info"]["history"] for r in results
                  if CNN_METHOD in r["methods"]]
     _write_outputs(paths, summary, oof, recording_oof, histories)
     _log_runs(paths, summary, results, settings, sha, tags or {}, started)
     return summary
+
+
+def draw_work(work: Path, d: int) -> Path:
+    """Draw ``d``'s fold folders: the work folder itself for the first draw (as a run of one
+    draw keeps them), ``draw-DD`` inside it for the others."""
+    return work if d == 0 else work / f"draw-{d + 1:02d}"
+
+
+def _draw_results(d: int, fold_list: list[Fold], recordings: Recordings, settings: Settings,
+                  sha: Mapping[str, str], work: Path, progress: bool,
+                  cluster: ClusterSettings | None) -> tuple[list[dict[str, Any]], Settings]:
+    """Draw ``d``'s folds (seed ``cv.seed + d``), run here or on the cluster."""
+    cv = settings.cv
+    where = draw_work(work, d)
+    where.mkdir(parents=True, exist_ok=True)
+    if d:
+        log.info("crossval: draw %d (fold seed %d) in %s", d + 1, cv.seed + d, where)
+    if cluster is not None:
+        from leakpipe.cv.dispatch import results_on_cluster
+
+        return results_on_cluster(cluster, fold_list, recordings, tuple(sha.values()), settings,
+                                  where)
+    results = []
+    for fold in fold_list:
+        results.append(_fold_result(fold, recordings, settings, where, progress))
+        settings = with_plan(settings, where)
+    return results, settings
 
 
 def _open_work(work: Path, inputs: Mapping[str, Any]) -> None:
@@ -147,12 +178,13 @@ def _open_work(work: Path, inputs: Mapping[str, Any]) -> None:
     state = work / STATE_FILE
     if state.is_file():
         if json.loads(state.read_text()).get("inputs") == digest:
-            done = sorted(p.parent.name for p in work.glob(f"fold-*/{RESULT_FILE}"))
+            done = sorted(str(p.parent.relative_to(work))
+                          for p in work.glob(f"**/fold-*/{RESULT_FILE}"))
             if done:
                 log.info("crossval: resuming in %s (finished: %s)", work, ", ".join(done))
             return
         log.info("crossval: %s holds folds of other inputs or settings: starting afresh", work)
-        for old in (*work.glob("fold-*"), work / PLANNED):
+        for old in (*work.glob("fold-*"), *work.glob("draw-*"), work / PLANNED):
             shutil.rmtree(old) if old.is_dir() else old.unlink(missing_ok=True)
     elif work.is_dir() and any(work.iterdir()):
         raise DataError(f"{work}: not empty and not a cross-validation work folder (no "
@@ -289,21 +321,3 @@ def _log_child(parent_id: str | None, result: Mapping[str, Any], method: str,
         for h in info.get("history", []):
             run.log_metrics(_finite({k: v for k, v in h.items() if k != "epoch"}),
                             step=int(h["epoch"]))
-
-
-def summary_line(summary: Mapping[str, Any], path: Path) -> str:
-    key = "recording_roc_auc"
-    parts = [f"{m} {f[key]['mean']:.3f} ({f[key]['ci_low']:.2f}-{f[key]['ci_high']:.2f})"
-             for m, f in summary["methods"].items()]
-    text = (f"crossval: {summary['folds']} folds, {summary['sites']} sites, "
-            f"{summary['recordings']} recordings, recording ROC-AUC: {'; '.join(parts)}")
-    if "paired" in summary:
-        d = summary["paired"][key]
-        text += (f"; cnn - {summary['paired']['minus']} {d['mean']:+.3f} "
-                 f"({d['ci_low']:+.2f} to {d['ci_high']:+.2f})")
-    text += f"; selected {summary['selected']}"
-    if "selected_nested" in summary:
-        d = summary["selected_nested"][key]
-        text += (f" (nested estimate {d['mean']:.3f}, {d['ci_low']:.2f}-{d['ci_high']:.2f}; "
-                 f"per fold {', '.join(map(str, summary['selected_nested']['per_fold']))})")
-    return f"{text} -> {path}"
