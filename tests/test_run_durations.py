@@ -17,7 +17,7 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
-from leakpipe.adapt import stage as adapt_stage
+from leakpipe.adapt import cnn_adapter
 from leakpipe.cli import main
 from leakpipe.constants import KNOWN_CLASSES
 from leakpipe.cv.stage import CvPaths, run_cv
@@ -146,7 +146,7 @@ def test_the_adapt_run_begins_before_the_field_recordings_are_read(
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     monkeypatch.setenv("DVC_ROOT", str(tmp_path))
     files = adapt_project(tmp_path, rounds=1)
-    decoding = _timed(monkeypatch, adapt_stage, "load_field")
+    decoding = _timed(monkeypatch, cnn_adapter, "load_field")   # the kind reads the field
     assert main(adapt_args(tmp_path, files)) == 0
     done = time.time()
     run = _only_run(uri, "adapt")

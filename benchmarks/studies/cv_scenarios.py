@@ -4,7 +4,10 @@ them: `leakpipe synth --scenario small_network --seed S` into a scratch folder, 
 
 Writes ``benchmarks/results/cv_scenarios.json``: per seed the sites / recordings, per method the
 pooled out-of-fold recording ROC-AUC / F1 / balanced accuracy with their site-bootstrap
-intervals and the clip ROC-AUC, cv's ``selected`` kind and its nested estimate, the machine.
+intervals and the clip ROC-AUC (the first draw's), the recording ROC-AUC of every draw of the
+site-to-fold assignment (``cv.source_repeats``) with their mean and its interval, each method
+minus the best logger's rule (``paired_vs_rule``), cv's ``selected`` kind (on the draws' mean)
+and its nested estimate, the seconds of the run, the machine.
 README's recording-level table is rendered from it and `metrics/cv.json`
 (``benchmarks/studies/recording_table.py``).
 
@@ -51,9 +54,17 @@ def summarise(summary: dict[str, Any]) -> dict[str, Any]:
     """The figures README shows, from one cv.json."""
     methods = {m: {f: {k: figs[f][k] for k in ("mean", "ci_low", "ci_high")}
                    for f in FIGURES} for m, figs in summary["methods"].items()}
+    for m, figs in summary["methods"].items():
+        auc = figs["recording_roc_auc"]
+        methods[m]["recording_roc_auc_draws"] = {
+            k: auc[k] for k in ("draws", "draws_mean", "draws_ci_low", "draws_ci_high")
+            if k in auc}
     out = {"sites": summary["sites"], "recordings": summary["recordings"],
            "leak_recordings": summary.get("leak_recordings"), "folds": summary["folds"],
-           "selected": summary["selected"], "methods": methods}
+           "repeats": summary.get("repeats", 1), "selected": summary["selected"],
+           "methods": methods}
+    if "paired_vs_rule" in summary:
+        out["paired_vs_rule"] = summary["paired_vs_rule"]
     if "selected_nested" in summary:
         nested = summary["selected_nested"]
         out["selected_nested"] = {"per_fold": nested["per_fold"],
